@@ -1,0 +1,99 @@
+// Argument checks shared by the CPU and CUDA kernels: one wording for every device.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <c10/util/Exception.h>
+#include <c10/util/string_view.h>
+
+#include <cmath>
+#include <vector>
+
+namespace imgops {
+
+// "rgb" -> false, "bgr" -> true; anything else is an error.
+inline bool parse_channel_order(c10::string_view order) {
+  if (order == "rgb") {
+    return false;
+  }
+  if (order == "bgr") {
+    return true;
+  }
+  TORCH_CHECK_VALUE(false, "rgb_to_gray: channel_order must be \"rgb\" or \"bgr\", got \"",
+                    std::string(order.data(), order.size()), "\"");
+}
+
+inline bool is_gray_dtype(at::ScalarType t) {
+  return t == at::kByte || t == at::kUInt16 || t == at::kFloat || t == at::kHalf ||
+         t == at::kBFloat16;
+}
+
+inline void check_rgb_image(const at::Tensor& image) {
+  TORCH_CHECK_VALUE(image.dim() >= 3 && image.size(-1) == 3,
+                    "rgb_to_gray: expected an image of shape (..., H, W, 3), got shape ",
+                    image.sizes());
+  TORCH_CHECK_TYPE(is_gray_dtype(image.scalar_type()),
+                   "rgb_to_gray: expected dtype uint8, uint16, float32, float16 or bfloat16, "
+                   "got ",
+                   image.scalar_type());
+}
+
+inline std::vector<int64_t> gray_output_shape(const at::Tensor& image) {
+  auto sizes = image.sizes().vec();
+  sizes.pop_back();
+  return sizes;
+}
+
+inline bool is_volume_dtype(at::ScalarType t) {
+  return t == at::kByte || t == at::kUInt16 || t == at::kShort || t == at::kFloat;
+}
+
+inline bool is_normalized_dtype(at::ScalarType t) {
+  return t == at::kFloat || t == at::kHalf || t == at::kBFloat16;
+}
+
+// Validates normalize_volume's arguments and returns the output dtype.
+inline at::ScalarType check_volume_args(const at::Tensor& volume, double max, double min,
+                                        std::optional<at::ScalarType> dtype) {
+  TORCH_CHECK_TYPE(is_volume_dtype(volume.scalar_type()),
+                   "normalize_volume: expected dtype uint8, uint16, int16 or float32, got ",
+                   volume.scalar_type());
+  TORCH_CHECK_VALUE(std::isfinite(max) && std::isfinite(min),
+                    "normalize_volume: max and min must be finite, got max=", max, " min=", min);
+  TORCH_CHECK_VALUE(max > min, "normalize_volume: max must be greater than min, got max=", max,
+                    " min=", min);
+  const at::ScalarType out = dtype.value_or(at::kFloat);
+  TORCH_CHECK_TYPE(is_normalized_dtype(out),
+                   "normalize_volume: dtype must be float32, float16 or bfloat16, got ", out);
+  return out;
+}
+
+// The float32 constants every device uses: lo = float(min), range = float(max - min).
+struct NormalizeParams {
+  float lo;
+  float range;
+  bool clip;
+};
+
+inline NormalizeParams make_normalize_params(double max, double min, bool clip) {
+  const float range = static_cast<float>(max - min);
+  TORCH_CHECK_VALUE(range > 0.0f && std::isfinite(range),
+                    "normalize_volume: max - min must be a positive finite float32, got ",
+                    max - min);
+  return {static_cast<float>(min), range, clip};
+}
+
+// value_histogram: uint8 -> 256 bins, uint16 -> 65536, int16 -> 65536 (bin = value + 32768).
+inline int64_t histogram_bins(const at::Tensor& values) {
+  switch (values.scalar_type()) {
+    case at::kByte:
+      return 256;
+    case at::kUInt16:
+    case at::kShort:
+      return 65536;
+    default:
+      TORCH_CHECK_TYPE(false, "value_histogram: expected dtype uint8, uint16 or int16, got ",
+                       values.scalar_type());
+  }
+}
+
+}  // namespace imgops

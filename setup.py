@@ -1,0 +1,131 @@
+"""Ahead-of-time build of imgops._C: CUDAExtension when a matching nvcc is present, else CPU only.
+
+Environment:
+  FORCE_CUDA=1       fail instead of falling back to a CPU-only build (CI sets it)
+  IMGOPS_CPU_ONLY=1  never compile the CUDA kernels
+  DEBUG=1            -O0 -g
+  TORCH_CUDA_ARCH_LIST, MAX_JOBS, CUDA_HOME as for any PyTorch extension
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+import sys
+from pathlib import Path
+
+from setuptools import setup
+from setuptools.command.build_py import build_py
+
+ROOT = Path(__file__).resolve().parent
+CSRC = Path("csrc")
+
+
+def _load_build_support():
+    spec = importlib.util.spec_from_file_location(
+        "imgops_build_support", ROOT / "src" / "imgops" / "_build_support.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+support = _load_build_support()
+
+import torch  # noqa: E402
+
+FORCE_CUDA = os.environ.get("FORCE_CUDA") == "1"
+DEBUG = os.environ.get("DEBUG") == "1"
+PLAN = support.plan_cuda(torch.version.cuda)
+if PLAN.cuda_home:
+    # torch.utils.cpp_extension reads CUDA_HOME once, at import: set it to the real root first.
+    os.environ["CUDA_HOME"] = PLAN.cuda_home
+if PLAN.enabled and not os.environ.get("TORCH_CUDA_ARCH_LIST") and not torch.cuda.is_available():
+    os.environ["TORCH_CUDA_ARCH_LIST"] = support.DEFAULT_CUDA_ARCHS
+
+from torch.utils.cpp_extension import BuildExtension, CppExtension, CUDAExtension  # noqa: E402
+
+
+def _warn_cpu_only(reason: str) -> None:
+    bar = "!" * 78
+    print(
+        f"\n{bar}\nimgops: building WITHOUT CUDA kernels: {reason}\n"
+        f"imgops will run on the CPU only. Set FORCE_CUDA=1 to make this an error.\n{bar}\n",
+        file=sys.stderr,
+    )
+
+
+if not PLAN.enabled:
+    if FORCE_CUDA:
+        sys.exit(f"imgops: FORCE_CUDA=1 but the CUDA kernels cannot be built: {PLAN.reason}")
+    _warn_cpu_only(PLAN.reason)
+
+
+def make_extension(with_cuda: bool):
+    """The imgops._C extension, with or without the CUDA sources."""
+    kind = CUDAExtension if with_cuda else CppExtension
+    return kind(
+        name="imgops._C",
+        sources=[os.path.relpath(s, ROOT) for s in support.source_files(ROOT / CSRC, with_cuda)],
+        include_dirs=[str(ROOT / CSRC)],
+        extra_compile_args=support.compile_flags(with_cuda, DEBUG),
+    )
+
+
+class BuildImgopsExtension(BuildExtension):
+    """Builds _C, falls back to CPU only when the CUDA part fails, and records build metadata."""
+
+    def build_extension(self, ext):
+        with_cuda = PLAN.enabled
+        try:
+            super().build_extension(ext)
+        except Exception as error:  # a CUDA compile failure; CPU-only unless FORCE_CUDA
+            if not with_cuda or FORCE_CUDA:
+                raise
+            _warn_cpu_only(f"the CUDA build failed: {error}")
+            cpu = make_extension(False)
+            ext.sources, ext.extra_compile_args = cpu.sources, cpu.extra_compile_args
+            ext.libraries = [lib for lib in ext.libraries if "cuda" not in lib]
+            with_cuda = False
+            super().build_extension(ext)
+        self._write_meta(ext, with_cuda)
+
+    def _write_meta(self, ext, with_cuda: bool) -> None:
+        meta = {
+            "torch": torch.__version__,
+            "torch_cuda": torch.version.cuda,
+            "cuda_kernels": with_cuda,
+            "cuda_skipped_reason": "" if with_cuda else PLAN.reason,
+            "nvcc": PLAN.nvcc_version,
+            "cuda_home": PLAN.cuda_home,
+            "archs": os.environ.get("TORCH_CUDA_ARCH_LIST", "") if with_cuda else "",
+            "mode": "ahead-of-time",
+            "debug": DEBUG,
+        }
+        targets = [Path(self.get_ext_fullpath(ext.name)).parent / support.BUILD_META_NAME]
+        if self.inplace or getattr(self, "editable_mode", False):
+            targets.append(ROOT / "src" / "imgops" / support.BUILD_META_NAME)
+        for target in targets:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(json.dumps(meta, indent=2) + "\n")
+
+
+class BuildPyWithSources(build_py):
+    """Ships csrc/ inside the package (imgops/_csrc) so a just-in-time rebuild can find it."""
+
+    def run(self):
+        super().run()
+        if not self.editable_mode:
+            shutil.copytree(ROOT / CSRC, Path(self.build_lib, "imgops", "_csrc"), dirs_exist_ok=True)
+
+
+setup(
+    ext_modules=[make_extension(PLAN.enabled)],
+    cmdclass={
+        "build_ext": BuildImgopsExtension.with_options(use_ninja=True),
+        "build_py": BuildPyWithSources,
+    },
+)

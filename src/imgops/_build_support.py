@@ -1,0 +1,116 @@
+"""What the ahead-of-time build (setup.py) and the just-in-time build (_extension.py) share.
+
+Pure standard library at import time, so setup.py can load this file before torch's
+cpp_extension module reads CUDA_HOME.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+# Architectures built when no GPU is visible and TORCH_CUDA_ARCH_LIST is unset.
+DEFAULT_CUDA_ARCHS = "7.5;8.0;8.6;8.9;9.0;10.0;12.0+PTX"
+BUILD_META_NAME = "_build_meta.json"
+
+
+@dataclass(frozen=True)
+class CudaPlan:
+    """Whether CUDA kernels will be compiled, and why not when they will not."""
+
+    enabled: bool
+    reason: str
+    cuda_home: str | None
+    nvcc_version: str | None
+
+
+def find_cuda_home() -> str | None:
+    """The CUDA toolkit root: $CUDA_HOME/$CUDA_PATH, else what `nvcc -dryrun` reports as TOP.
+
+    torch's own guess takes the parent of the `nvcc` found on PATH, which is wrong when that
+    `nvcc` is a wrapper script (as in /usr/local/bin here); nvcc itself knows its real root.
+    """
+    for var in ("CUDA_HOME", "CUDA_PATH"):
+        value = os.environ.get(var)
+        if value and Path(value, "bin", "nvcc").exists():
+            return value
+    nvcc = shutil.which("nvcc")
+    if nvcc is None:
+        for candidate in ("/usr/local/cuda",):
+            if Path(candidate, "bin", "nvcc").exists():
+                return candidate
+        return None
+    try:
+        out = subprocess.run(
+            [nvcc, "-dryrun", "-x", "cu", "-c", os.devnull, "-o", os.devnull],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    match = re.search(r"^#\$ TOP=(.+)$", out.stderr + out.stdout, re.MULTILINE)
+    if match:
+        return str(Path(match.group(1).strip()).resolve())
+    return str(Path(nvcc).resolve().parent.parent)
+
+
+def nvcc_version(cuda_home: str) -> str | None:
+    """The release number ("13.0") printed by `nvcc --version`, or None."""
+    try:
+        out = subprocess.run(
+            [str(Path(cuda_home, "bin", "nvcc")), "--version"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    match = re.search(r"release (\d+\.\d+)", out)
+    return match.group(1) if match else None
+
+
+def plan_cuda(torch_cuda_version: str | None) -> CudaPlan:
+    """Decide whether to compile the CUDA kernels for a torch built with `torch_cuda_version`."""
+    if os.environ.get("IMGOPS_CPU_ONLY") == "1":
+        return CudaPlan(False, "IMGOPS_CPU_ONLY=1 is set", None, None)
+    if torch_cuda_version is None:
+        return CudaPlan(False, "this torch was built without CUDA", None, None)
+    cuda_home = find_cuda_home()
+    if cuda_home is None:
+        return CudaPlan(False, "no nvcc found (set CUDA_HOME to the CUDA toolkit)", None, None)
+    version = nvcc_version(cuda_home)
+    if version is None:
+        return CudaPlan(False, f"could not run {cuda_home}/bin/nvcc --version", cuda_home, None)
+    if version.split(".")[0] != torch_cuda_version.split(".")[0]:
+        return CudaPlan(
+            False,
+            f"nvcc is CUDA {version} but torch was built with CUDA {torch_cuda_version}; "
+            "install a matching toolkit or torch",
+            cuda_home,
+            version,
+        )
+    return CudaPlan(True, "", cuda_home, version)
+
+
+def source_files(csrc: Path, with_cuda: bool) -> list[str]:
+    """The extension's sources under `csrc`, sorted; .cu files only when `with_cuda`."""
+    files = [csrc / "ops.cpp", *sorted((csrc / "cpu").glob("*.cpp"))]
+    if with_cuda:
+        files += sorted((csrc / "cuda").glob("*.cu"))
+    return [str(f) for f in files]
+
+
+def compile_flags(with_cuda: bool, debug: bool = False) -> dict[str, list[str]]:
+    """Compiler flags for the host compiler ("cxx") and nvcc ("nvcc")."""
+    opt = ["-O0", "-g"] if debug else ["-O3"]
+    define = ["-DIMGOPS_WITH_CUDA"] if with_cuda else []
+    cxx = [*opt, "-ffp-contract=off", *define]
+    nvcc = [*opt, "--expt-relaxed-constexpr", *define]
+    if debug:
+        nvcc.append("-lineinfo")
+    return {"cxx": cxx, "nvcc": nvcc}

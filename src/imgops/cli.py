@@ -1,0 +1,100 @@
+"""The `imgops` command line: a click group; each subcommand lives in imgops.commands.
+
+torch, cv2 and tifffile are imported lazily, inside the commands, so `imgops --help` is fast.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+
+import click
+
+from . import __version__
+from .commands.bench import bench
+from .commands.doctor import doctor
+from .commands.gray import gray
+from .commands.normvol import normvol
+from .io.atomic import remove_pending_temporaries
+
+
+def _print_version(ctx: click.Context, param: click.Parameter, value: bool) -> None:
+    if not value or ctx.resilient_parsing:
+        return
+    import torch
+
+    from ._extension import build_info
+
+    info = build_info()
+    kernels = "CPU+CUDA" if info["cuda_kernels"] else "CPU"
+    click.echo(
+        f"imgops {__version__}, torch {torch.__version__}, CUDA {torch.version.cuda or 'none'}, "
+        f"extension {info['mode']} ({kernels} kernels)"
+    )
+    ctx.exit()
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.option(
+    "--version",
+    is_flag=True,
+    expose_value=False,
+    is_eager=True,
+    callback=_print_version,
+    help="Show imgops, torch, CUDA and extension build versions.",
+)
+def cli() -> None:
+    """imgops: images and 3-D scans to analysis-ready data, on the GPU when there is one.
+
+    \b
+    $ imgops gray photo.jpg -o photo_gray.png
+    $ imgops normvol scan.tif --max 4095
+    $ imgops doctor
+    """
+
+
+cli.add_command(gray)
+cli.add_command(normvol)
+cli.add_command(bench)
+cli.add_command(doctor)
+
+
+def _terminate(signum: int, frame) -> None:
+    remove_pending_temporaries()
+    os._exit(128 + signum)
+
+
+def main() -> None:
+    """Entry point: runs the CLI; Ctrl-C exits 130 and SIGTERM 143, leaving no partial output."""
+    signal.signal(signal.SIGTERM, _terminate)
+    verbose = any(arg in ("-v", "--verbose") for arg in sys.argv[1:])
+    try:
+        result = cli.main(standalone_mode=False)
+    except click.exceptions.Abort:
+        remove_pending_temporaries()
+        click.echo("imgops: interrupted", err=True)
+        sys.exit(130)
+    except KeyboardInterrupt:
+        remove_pending_temporaries()
+        click.echo("imgops: interrupted", err=True)
+        sys.exit(130)
+    except click.ClickException as error:
+        error.show()
+        sys.exit(error.exit_code)
+    except click.exceptions.Exit as done:
+        sys.exit(done.exit_code)
+    except BrokenPipeError:
+        sys.exit(1)
+    except Exception as error:  # anything unexpected: one line unless -v asks for the traceback
+        remove_pending_temporaries()
+        if verbose:
+            raise
+        click.echo(f"imgops: error: {type(error).__name__}: {error}", err=True)
+        sys.exit(1)
+    else:
+        sys.exit(result if isinstance(result, int) else 0)
+
+
+if __name__ == "__main__":
+    main()

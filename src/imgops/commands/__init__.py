@@ -1,0 +1,1 @@
+"""One module per imgops subcommand. None of them imports torch at import time."""

@@ -1,0 +1,1 @@
+"""Reading and writing files: images (OpenCV), volumes (tifffile), atomic output."""

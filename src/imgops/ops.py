@@ -1,0 +1,133 @@
+"""The public tensor API: typed wrappers over torch.ops.imgops.*, with fake kernels and autograd.
+
+Importing this module loads the compiled kernels (building them just in time if needed).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from . import _extension
+
+_extension.load()
+
+__all__ = ["normalize_volume", "rgb_to_gray", "value_histogram"]
+
+# The float weights, as float32 values (what the kernels use).
+_LUMA_WEIGHTS = (0.299, 0.587, 0.114)
+_HISTOGRAM_BINS = {torch.uint8: 256, torch.uint16: 65536, torch.int16: 65536}
+
+
+def _require_tensor(op: str, name: str, value: object) -> None:
+    if not isinstance(value, torch.Tensor):
+        raise TypeError(f"{op}: expected {name} to be a torch.Tensor, got {type(value).__name__}")
+
+
+def rgb_to_gray(image: torch.Tensor, channel_order: str = "rgb") -> torch.Tensor:
+    """BT.601 luma of an (..., H, W, 3) image; returns (..., H, W) of the same dtype.
+
+    uint8/uint16 give the exact integer luma, (299 R + 587 G + 114 B + 500) // 1000;
+    float32/float16/bfloat16 give 0.299 R + 0.587 G + 0.114 B computed in float32 (differentiable).
+    `channel_order` is "rgb" or "bgr" (OpenCV decodes to BGR).
+
+    Example:
+        >>> rgb_to_gray(torch.tensor([[[255, 0, 0]]], dtype=torch.uint8))
+        tensor([[76]], dtype=torch.uint8)
+    """
+    _require_tensor("rgb_to_gray", "image", image)
+    return torch.ops.imgops.rgb_to_gray.default(image, channel_order)
+
+
+def normalize_volume(
+    volume: torch.Tensor,
+    max: float,
+    min: float = 0.0,
+    *,
+    dtype: torch.dtype = torch.float32,
+    clip: bool = False,
+) -> torch.Tensor:
+    """(volume - min) / (max - min) in float32 (or float16/bfloat16), clamped to [0, 1] if `clip`.
+
+    Accepts uint8, uint16, int16 or float32 of any shape; float32 input is differentiable.
+    `max <= min` is an error.
+
+    Example:
+        >>> normalize_volume(torch.tensor([0, 2048, 4095], dtype=torch.uint16), max=4095)
+        tensor([0.0000, 0.5001, 1.0000])
+    """
+    _require_tensor("normalize_volume", "volume", volume)
+    return torch.ops.imgops.normalize_volume.default(
+        volume, float(max), float(min), dtype=dtype, clip=clip
+    )
+
+
+def value_histogram(values: torch.Tensor) -> torch.Tensor:
+    """Counts (int64) of every possible value: 256 bins for uint8, 65,536 for uint16 and int16.
+
+    For int16 the bin of value v is v + 32768.
+    """
+    _require_tensor("value_histogram", "values", values)
+    return torch.ops.imgops.value_histogram.default(values)
+
+
+@torch.library.register_fake("imgops::rgb_to_gray")
+def _rgb_to_gray_fake(image: torch.Tensor, channel_order: str = "rgb") -> torch.Tensor:
+    torch._check(channel_order in ("rgb", "bgr"), lambda: "channel_order must be rgb or bgr")
+    torch._check(
+        image.dim() >= 3 and image.shape[-1] == 3,
+        lambda: f"rgb_to_gray: expected an image of shape (..., H, W, 3), got {tuple(image.shape)}",
+    )
+    return image.new_empty(image.shape[:-1])
+
+
+@torch.library.register_fake("imgops::normalize_volume")
+def _normalize_volume_fake(volume, max, min=0.0, *, dtype=None, clip=False):
+    torch._check(max > min, lambda: "normalize_volume: max must be greater than min")
+    return volume.new_empty(volume.shape, dtype=dtype or torch.float32)
+
+
+@torch.library.register_fake("imgops::value_histogram")
+def _value_histogram_fake(values):
+    bins = _HISTOGRAM_BINS.get(values.dtype)
+    torch._check(bins is not None, lambda: f"value_histogram: unsupported dtype {values.dtype}")
+    return values.new_empty((bins,), dtype=torch.int64)
+
+
+def _rgb_to_gray_setup(ctx, inputs, output):
+    _, channel_order = (list(inputs) + ["rgb"])[:2]
+    ctx.channel_order = channel_order
+
+
+def _rgb_to_gray_backward(ctx, grad):
+    weights = _LUMA_WEIGHTS if ctx.channel_order == "rgb" else _LUMA_WEIGHTS[::-1]
+    w = torch.tensor(weights, dtype=torch.float32, device=grad.device)
+    grad_image = (grad.to(torch.float32).unsqueeze(-1) * w).to(grad.dtype)
+    return grad_image, None
+
+
+torch.library.register_autograd(
+    "imgops::rgb_to_gray", _rgb_to_gray_backward, setup_context=_rgb_to_gray_setup
+)
+
+
+def _normalize_setup(ctx, inputs, keyword_only_inputs, output):
+    volume, max_value, min_value = (list(inputs) + [0.0])[:3]
+    ctx.min, ctx.range = min_value, max_value - min_value
+    ctx.clip = keyword_only_inputs.get("clip", False)
+    ctx.save_for_backward(volume if ctx.clip else None)
+
+
+def _normalize_backward(ctx, grad):
+    (volume,) = ctx.saved_tensors
+    range_ = torch.tensor(ctx.range, dtype=torch.float32, device=grad.device)
+    grad_volume = grad.to(torch.float32) / range_
+    if ctx.clip:
+        lo = torch.tensor(ctx.min, dtype=torch.float32, device=grad.device)
+        scaled = (volume.to(torch.float32) - lo) / range_
+        grad_volume = grad_volume * ((scaled >= 0) & (scaled <= 1))
+    return grad_volume, None, None
+
+
+torch.library.register_autograd(
+    "imgops::normalize_volume", _normalize_backward, setup_context=_normalize_setup
+)
