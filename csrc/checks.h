@@ -24,7 +24,7 @@ inline bool parse_channel_order(c10::string_view order) {
 
 inline bool is_gray_dtype(at::ScalarType t) {
   return t == at::kByte || t == at::kUInt16 || t == at::kFloat || t == at::kHalf ||
-         t == at::kBFloat16;
+         t == at::kBFloat16 || t == at::kDouble;
 }
 
 inline void check_rgb_image(const at::Tensor& image) {
@@ -32,7 +32,7 @@ inline void check_rgb_image(const at::Tensor& image) {
                     "rgb_to_gray: expected an image of shape (..., H, W, 3), got shape ",
                     image.sizes());
   TORCH_CHECK_TYPE(is_gray_dtype(image.scalar_type()),
-                   "rgb_to_gray: expected dtype uint8, uint16, float32, float16 or bfloat16, "
+                   "rgb_to_gray: expected dtype uint8, uint16, float32, float16, bfloat16 or float64, "
                    "got ",
                    image.scalar_type());
 }
@@ -44,18 +44,19 @@ inline std::vector<int64_t> gray_output_shape(const at::Tensor& image) {
 }
 
 inline bool is_volume_dtype(at::ScalarType t) {
-  return t == at::kByte || t == at::kUInt16 || t == at::kShort || t == at::kFloat;
+  return t == at::kByte || t == at::kUInt16 || t == at::kShort || t == at::kFloat ||
+         t == at::kDouble;
 }
 
 inline bool is_normalized_dtype(at::ScalarType t) {
-  return t == at::kFloat || t == at::kHalf || t == at::kBFloat16;
+  return t == at::kFloat || t == at::kHalf || t == at::kBFloat16 || t == at::kDouble;
 }
 
 // Validates normalize_volume's arguments and returns the output dtype.
 inline at::ScalarType check_volume_args(const at::Tensor& volume, double max, double min,
                                         std::optional<at::ScalarType> dtype) {
   TORCH_CHECK_TYPE(is_volume_dtype(volume.scalar_type()),
-                   "normalize_volume: expected dtype uint8, uint16, int16 or float32, got ",
+                   "normalize_volume: expected dtype uint8, uint16, int16, float32 or float64, got ",
                    volume.scalar_type());
   TORCH_CHECK_VALUE(std::isfinite(max) && std::isfinite(min),
                     "normalize_volume: max and min must be finite, got max=", max, " min=", min);
@@ -63,23 +64,28 @@ inline at::ScalarType check_volume_args(const at::Tensor& volume, double max, do
                     " min=", min);
   const at::ScalarType out = dtype.value_or(at::kFloat);
   TORCH_CHECK_TYPE(is_normalized_dtype(out),
-                   "normalize_volume: dtype must be float32, float16 or bfloat16, got ", out);
+                   "normalize_volume: dtype must be float32, float16, bfloat16 or float64, got ", out);
   return out;
 }
 
-// The float32 constants every device uses: lo = float(min), range = float(max - min).
+// The constants every device uses: lo = min and range = max - min, computed in double and
+// rounded once to the precision of the arithmetic (float32 unless the output is float64).
 struct NormalizeParams {
-  float lo;
-  float range;
+  double lo;
+  double range;
   bool clip;
 };
 
-inline NormalizeParams make_normalize_params(double max, double min, bool clip) {
-  const float range = static_cast<float>(max - min);
-  TORCH_CHECK_VALUE(range > 0.0f && std::isfinite(range),
-                    "normalize_volume: max - min must be a positive finite float32, got ",
-                    max - min);
-  return {static_cast<float>(min), range, clip};
+inline NormalizeParams make_normalize_params(double max, double min, bool clip,
+                                             at::ScalarType out_dtype) {
+  const double range = max - min;
+  if (out_dtype != at::kDouble) {
+    const float range32 = static_cast<float>(range);
+    TORCH_CHECK_VALUE(range32 > 0.0f && std::isfinite(range32),
+                      "normalize_volume: max - min must be a positive finite float32, got ",
+                      range);
+  }
+  return {min, range, clip};
 }
 
 // value_histogram: uint8 -> 256 bins, uint16 -> 65536, int16 -> 65536 (bin = value + 32768).

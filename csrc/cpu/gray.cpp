@@ -26,8 +26,9 @@ __attribute__((always_inline)) inline void gray_span(const T* __restrict in, T* 
     if constexpr (std::is_integral_v<T>) {
       out[p] = static_cast<T>(luma_int(r, c1, b));
     } else {
+      using Acc = typename AccumulateType<T>::type;
       out[p] = static_cast<T>(
-          luma_float(static_cast<float>(r), static_cast<float>(c1), static_cast<float>(b)));
+          luma_float<Acc>(static_cast<Acc>(r), static_cast<Acc>(c1), static_cast<Acc>(b)));
     }
   }
 }
@@ -103,6 +104,9 @@ at::Tensor rgb_to_gray_cpu(const at::Tensor& image, c10::string_view channel_ord
       break;
     case at::kBFloat16:
       gray_cpu_dispatch_order<c10::BFloat16>(in, out, bgr);
+      break;
+    case at::kDouble:
+      gray_cpu_dispatch_order<double>(in, out, bgr);
       break;
     default:
       TORCH_CHECK(false, "unreachable: dtype checked above");

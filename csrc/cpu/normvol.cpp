@@ -17,13 +17,16 @@ template <typename In, typename Out>
 __attribute__((always_inline)) inline void normalize_span(const In* __restrict in,
                                                           Out* __restrict out, int64_t n,
                                                           NormalizeParams p) {
+  using Acc = typename AccumulateType<Out>::type;
+  const Acc lo = static_cast<Acc>(p.lo);
+  const Acc range = static_cast<Acc>(p.range);
   if (p.clip) {
     for (int64_t i = 0; i < n; ++i) {
-      out[i] = static_cast<Out>(normalize_value(static_cast<float>(in[i]), p.lo, p.range, true));
+      out[i] = static_cast<Out>(normalize_value<Acc>(static_cast<Acc>(in[i]), lo, range, true));
     }
   } else {
     for (int64_t i = 0; i < n; ++i) {
-      out[i] = static_cast<Out>(normalize_value(static_cast<float>(in[i]), p.lo, p.range, false));
+      out[i] = static_cast<Out>(normalize_value<Acc>(static_cast<Acc>(in[i]), lo, range, false));
     }
   }
 }
@@ -66,6 +69,8 @@ void normalize_cpu_out_dtype(const at::Tensor& in, at::Tensor& out, NormalizePar
       return normalize_cpu_typed<In, c10::Half>(in, out, p);
     case at::kBFloat16:
       return normalize_cpu_typed<In, c10::BFloat16>(in, out, p);
+    case at::kDouble:
+      return normalize_cpu_typed<In, double>(in, out, p);
     default:
       TORCH_CHECK(false, "unreachable: output dtype checked above");
   }
@@ -74,7 +79,7 @@ void normalize_cpu_out_dtype(const at::Tensor& in, at::Tensor& out, NormalizePar
 at::Tensor normalize_volume_cpu(const at::Tensor& volume, double max, double min,
                                 std::optional<at::ScalarType> dtype, bool clip) {
   const at::ScalarType out_dtype = check_volume_args(volume, max, min, dtype);
-  const NormalizeParams params = make_normalize_params(max, min, clip);
+  const NormalizeParams params = make_normalize_params(max, min, clip, out_dtype);
   const at::Tensor in = volume.contiguous();
   at::Tensor out = at::empty(volume.sizes(), volume.options().dtype(out_dtype));
   if (out.numel() == 0) {
@@ -92,6 +97,9 @@ at::Tensor normalize_volume_cpu(const at::Tensor& volume, double max, double min
       break;
     case at::kFloat:
       normalize_cpu_out_dtype<float>(in, out, params);
+      break;
+    case at::kDouble:
+      normalize_cpu_out_dtype<double>(in, out, params);
       break;
     default:
       TORCH_CHECK(false, "unreachable: input dtype checked above");

@@ -24,8 +24,9 @@ __device__ __forceinline__ T gray_pixel(T c0, T c1, T c2) {
   if constexpr (std::is_integral_v<T>) {
     return static_cast<T>(luma_int(r, c1, b));
   } else {
+    using Acc = typename AccumulateType<T>::type;
     return static_cast<T>(
-        luma_float(static_cast<float>(r), static_cast<float>(c1), static_cast<float>(b)));
+        luma_float<Acc>(static_cast<Acc>(r), static_cast<Acc>(c1), static_cast<Acc>(b)));
   }
 }
 
@@ -113,6 +114,9 @@ at::Tensor rgb_to_gray_cuda(const at::Tensor& image, c10::string_view channel_or
       break;
     case at::kBFloat16:
       launch_gray_order<c10::BFloat16>(in, out, bgr);
+      break;
+    case at::kDouble:
+      launch_gray_order<double>(in, out, bgr);
       break;
     default:
       TORCH_CHECK(false, "unreachable: dtype checked above");

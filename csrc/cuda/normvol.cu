@@ -18,6 +18,13 @@ namespace cuda {
 namespace {
 
 template <typename In, typename Out>
+__device__ __forceinline__ Out normalize_one(In x, const NormalizeParams& p) {
+  using Acc = typename AccumulateType<Out>::type;
+  return static_cast<Out>(normalize_value<Acc>(static_cast<Acc>(x), static_cast<Acc>(p.lo),
+                                               static_cast<Acc>(p.range), p.clip));
+}
+
+template <typename In, typename Out>
 __global__ void normalize_vector_kernel(const In* __restrict__ in, Out* __restrict__ out,
                                         int64_t groups, NormalizeParams p) {
   constexpr int kValues = 16 / sizeof(In);
@@ -28,7 +35,7 @@ __global__ void normalize_vector_kernel(const In* __restrict__ in, Out* __restri
     Vec<Out, kValues> y;
 #pragma unroll
     for (int i = 0; i < kValues; ++i) {
-      y.v[i] = static_cast<Out>(normalize_value(static_cast<float>(x.v[i]), p.lo, p.range, p.clip));
+      y.v[i] = normalize_one<In, Out>(x.v[i], p);
     }
     store_vec<Out, kValues>(out + g * kValues, y);
   }
@@ -40,7 +47,7 @@ __global__ void normalize_scalar_kernel(const In* __restrict__ in, Out* __restri
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = begin + static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < end;
        i += stride) {
-    out[i] = static_cast<Out>(normalize_value(static_cast<float>(in[i]), p.lo, p.range, p.clip));
+    out[i] = normalize_one<In, Out>(in[i], p);
   }
 }
 
@@ -76,6 +83,8 @@ void launch_normalize_out(const at::Tensor& in, at::Tensor& out, NormalizeParams
       return launch_normalize<In, c10::Half>(in, out, p);
     case at::kBFloat16:
       return launch_normalize<In, c10::BFloat16>(in, out, p);
+    case at::kDouble:
+      return launch_normalize<In, double>(in, out, p);
     default:
       TORCH_CHECK(false, "unreachable: output dtype checked above");
   }
@@ -84,7 +93,7 @@ void launch_normalize_out(const at::Tensor& in, at::Tensor& out, NormalizeParams
 at::Tensor normalize_volume_cuda(const at::Tensor& volume, double max, double min,
                                  std::optional<at::ScalarType> dtype, bool clip) {
   const at::ScalarType out_dtype = check_volume_args(volume, max, min, dtype);
-  const NormalizeParams params = make_normalize_params(max, min, clip);
+  const NormalizeParams params = make_normalize_params(max, min, clip, out_dtype);
   const c10::cuda::CUDAGuard guard(volume.device());
   const at::Tensor in = volume.contiguous();
   at::Tensor out = at::empty(volume.sizes(), volume.options().dtype(out_dtype));
@@ -103,6 +112,9 @@ at::Tensor normalize_volume_cuda(const at::Tensor& volume, double max, double mi
       break;
     case at::kFloat:
       launch_normalize_out<float>(in, out, params);
+      break;
+    case at::kDouble:
+      launch_normalize_out<double>(in, out, params);
       break;
     default:
       TORCH_CHECK(false, "unreachable: input dtype checked above");

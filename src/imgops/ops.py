@@ -27,7 +27,8 @@ def rgb_to_gray(image: torch.Tensor, channel_order: str = "rgb") -> torch.Tensor
     """BT.601 luma of an (..., H, W, 3) image; returns (..., H, W) of the same dtype.
 
     uint8/uint16 give the exact integer luma, (299 R + 587 G + 114 B + 500) // 1000;
-    float32/float16/bfloat16 give 0.299 R + 0.587 G + 0.114 B computed in float32 (differentiable).
+    float32/float16/bfloat16 give 0.299 R + 0.587 G + 0.114 B computed in float32, float64 in
+    float64 (all differentiable).
     `channel_order` is "rgb" or "bgr" (OpenCV decodes to BGR).
 
     Example:
@@ -46,9 +47,10 @@ def normalize_volume(
     dtype: torch.dtype = torch.float32,
     clip: bool = False,
 ) -> torch.Tensor:
-    """(volume - min) / (max - min) in float32 (or float16/bfloat16), clamped to [0, 1] if `clip`.
+    """(volume - min) / (max - min) in float32 (or float16/bfloat16/float64), clamped if `clip`.
 
-    Accepts uint8, uint16, int16 or float32 of any shape; float32 input is differentiable.
+    Accepts uint8, uint16, int16, float32 or float64 of any shape, computes in float32 (float64 for
+    a float64 output) and clamps to [0, 1] when `clip`; float input is differentiable.
     `max <= min` is an error.
 
     Example:
@@ -98,10 +100,15 @@ def _rgb_to_gray_setup(ctx, inputs, output):
     ctx.channel_order = channel_order
 
 
+def _accumulate_dtype(dtype: torch.dtype) -> torch.dtype:
+    return torch.float64 if dtype == torch.float64 else torch.float32
+
+
 def _rgb_to_gray_backward(ctx, grad):
     weights = _LUMA_WEIGHTS if ctx.channel_order == "rgb" else _LUMA_WEIGHTS[::-1]
-    w = torch.tensor(weights, dtype=torch.float32, device=grad.device)
-    grad_image = (grad.to(torch.float32).unsqueeze(-1) * w).to(grad.dtype)
+    acc = _accumulate_dtype(grad.dtype)
+    w = torch.tensor(weights, dtype=acc, device=grad.device)
+    grad_image = (grad.to(acc).unsqueeze(-1) * w).to(grad.dtype)
     return grad_image, None
 
 
@@ -114,18 +121,20 @@ def _normalize_setup(ctx, inputs, keyword_only_inputs, output):
     volume, max_value, min_value = (list(inputs) + [0.0])[:3]
     ctx.min, ctx.range = min_value, max_value - min_value
     ctx.clip = keyword_only_inputs.get("clip", False)
+    ctx.volume_dtype = volume.dtype
     ctx.save_for_backward(volume if ctx.clip else None)
 
 
 def _normalize_backward(ctx, grad):
     (volume,) = ctx.saved_tensors
-    range_ = torch.tensor(ctx.range, dtype=torch.float32, device=grad.device)
-    grad_volume = grad.to(torch.float32) / range_
+    acc = _accumulate_dtype(grad.dtype)
+    range_ = torch.tensor(ctx.range, dtype=acc, device=grad.device)
+    grad_volume = grad.to(acc) / range_
     if ctx.clip:
-        lo = torch.tensor(ctx.min, dtype=torch.float32, device=grad.device)
-        scaled = (volume.to(torch.float32) - lo) / range_
+        lo = torch.tensor(ctx.min, dtype=acc, device=grad.device)
+        scaled = (volume.to(acc) - lo) / range_
         grad_volume = grad_volume * ((scaled >= 0) & (scaled <= 1))
-    return grad_volume, None, None
+    return grad_volume.to(ctx.volume_dtype), None, None
 
 
 torch.library.register_autograd(

@@ -12,14 +12,15 @@ __all__ = ["normalize_volume_reference", "rgb_to_gray_reference", "value_histogr
 
 
 def rgb_to_gray_reference(image: torch.Tensor, channel_order: str = "rgb") -> torch.Tensor:
-    """BT.601 luma: exact integer rounding for uint8/uint16, float32 arithmetic for floats."""
+    """BT.601 luma: exact integer rounding for uint8/uint16, float32 (float64) math for floats."""
     c0, g, c2 = image.unbind(-1)
     r, b = (c0, c2) if channel_order == "rgb" else (c2, c0)
     if not image.dtype.is_floating_point:
         wide = [c.to(torch.int64) for c in (r, g, b)]
         y = (299 * wide[0] + 587 * wide[1] + 114 * wide[2] + 500) // 1000
         return y.to(image.dtype)
-    r, g, b = (c.to(torch.float32) for c in (r, g, b))
+    acc = torch.float64 if image.dtype == torch.float64 else torch.float32
+    r, g, b = (c.to(acc) for c in (r, g, b))
     return (0.299 * r + 0.587 * g + 0.114 * b).to(image.dtype)
 
 
@@ -31,10 +32,11 @@ def normalize_volume_reference(
     dtype: torch.dtype = torch.float32,
     clip: bool = False,
 ) -> torch.Tensor:
-    """(x - min) / (max - min) with float32 operands and IEEE division."""
-    lo = torch.tensor(np.float32(min), device=volume.device)
-    range_ = torch.tensor(np.float32(float(max) - float(min)), device=volume.device)
-    out = (volume.to(torch.float32) - lo) / range_
+    """(x - min) / (max - min) with IEEE division, in float32 (float64 for a float64 output)."""
+    acc = np.float64 if dtype == torch.float64 else np.float32
+    lo = torch.tensor(acc(min), device=volume.device)
+    range_ = torch.tensor(acc(float(max) - float(min)), device=volume.device)
+    out = (volume.to(lo.dtype) - lo) / range_
     if clip:
         out = out.clamp(0.0, 1.0)
     return out.to(dtype)
