@@ -119,7 +119,9 @@ class BuildPyWithSources(build_py):
     def run(self):
         super().run()
         if not self.editable_mode:
-            shutil.copytree(ROOT / CSRC, Path(self.build_lib, "imgops", "_csrc"), dirs_exist_ok=True)
+            shutil.copytree(
+                ROOT / CSRC, Path(self.build_lib, "imgops", "_csrc"), dirs_exist_ok=True
+            )
 
 
 setup(

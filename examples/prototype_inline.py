@@ -1,4 +1,4 @@
-"""Prototype a new kernel with torch.utils.cpp_extension.load_inline, check it, then move it to csrc/.
+"""Prototype a kernel with torch.utils.cpp_extension.load_inline, check it, then move it to csrc/.
 
 The third way to build imgops kernels (after setup.py and the just-in-time loader): write the
 kernel as a string, compile it in seconds, and compare it against a pure-torch reference before it

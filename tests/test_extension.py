@@ -46,7 +46,8 @@ def _fake_nvcc(directory: Path, release: str, top: str) -> Path:
     nvcc = bin_dir / "nvcc"
     nvcc.write_text(
         "#!/bin/sh\n"
-        f'case "$1" in --version) echo "Cuda compilation tools, release {release}, V{release}.1";;\n'
+        'case "$1" in --version) '
+        f'echo "Cuda compilation tools, release {release}, V{release}.1";;\n'
         f'  *) echo "#$ TOP={top}/bin/.." >&2;; esac\n'
     )
     nvcc.chmod(nvcc.stat().st_mode | stat.S_IEXEC)
@@ -130,7 +131,12 @@ def test_just_in_time_build_two_processes_at_once_and_a_stale_lock(tmp_path):
 @pytest.mark.slow
 def test_load_inline_prototype_example(tmp_path):
     result = subprocess.run(
-        [sys.executable, str(ROOT / "examples" / "prototype_inline.py"), "--build-dir", str(tmp_path)],
+        [
+            sys.executable,
+            str(ROOT / "examples" / "prototype_inline.py"),
+            "--build-dir",
+            str(tmp_path),
+        ],
         capture_output=True,
         text=True,
         timeout=900,

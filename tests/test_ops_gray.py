@@ -101,7 +101,9 @@ def strided_images(draw):
     batch = draw(st.lists(st.integers(1, 3), min_size=0, max_size=2))
     h, w = draw(st.integers(1, 40)), draw(st.integers(1, 40))
     seed = draw(st.integers(0, 2**31 - 1))
-    base = random_image((*batch, h + 3, w + 5, 3), dtype, generator=torch.Generator().manual_seed(seed))
+    base = random_image(
+        (*batch, h + 3, w + 5, 3), dtype, generator=torch.Generator().manual_seed(seed)
+    )
     view = draw(st.sampled_from(["contiguous", "crop", "step", "transpose", "offset"]))
     if view == "crop":
         base = base[..., 1 : h + 1, 2 : w + 2, :]
@@ -220,7 +222,9 @@ def test_cuda_runs_on_the_current_stream_and_device():
 @pytest.mark.slow
 def test_cuda_more_than_2_pow_31_elements():
     pixels = (1 << 31) // 3 + 4099  # the input has more than 2^31 elements
-    image = torch.randint(0, 256, (pixels, 3), dtype=torch.uint8, device="cuda").reshape(1, pixels, 3)
+    image = torch.randint(0, 256, (pixels, 3), dtype=torch.uint8, device="cuda").reshape(
+        1, pixels, 3
+    )
     assert image.numel() > 2**31
     out = imgops.rgb_to_gray(image)
     for sl in (slice(0, 1 << 20), slice(pixels - (1 << 20), pixels), slice(715827000, 715828000)):

@@ -132,7 +132,9 @@ def test_float32_gradient_matches_reference():
     volume = torch.randn(50, requires_grad=True)
     grad = torch.randn(50)
     for clip in (False, True):
-        (ours,) = torch.autograd.grad(imgops.normalize_volume(volume, 1.0, -1.0, clip=clip), volume, grad)
+        (ours,) = torch.autograd.grad(
+            imgops.normalize_volume(volume, 1.0, -1.0, clip=clip), volume, grad
+        )
         ref_out = normalize_volume_reference(volume, 1.0, -1.0, clip=clip)
         (ref,) = torch.autograd.grad(ref_out, volume, grad)
         torch.testing.assert_close(ours, ref)
@@ -143,7 +145,10 @@ def test_opcheck(device):
         ((random_volume((4, 6), torch.uint16).to(device), 4095.0), {}),
         ((random_volume((4, 6), torch.int16).to(device), 100.0, -100.0), {"clip": True}),
         ((torch.randn(5, device=device, requires_grad=True), 1.0), {"dtype": torch.float16}),
-        ((torch.randn(5, device=device, dtype=torch.float64, requires_grad=True), 1.0), {"dtype": torch.float64}),
+        (
+            (torch.randn(5, device=device, dtype=torch.float64, requires_grad=True), 1.0),
+            {"dtype": torch.float64},
+        ),
     ]
     for args, kwargs in cases:
         torch.library.opcheck(torch.ops.imgops.normalize_volume.default, args, kwargs)
@@ -176,7 +181,9 @@ def test_cuda_unaligned_views():
     for start in (1, 3, 7):
         view = base[start:]
         expected = normalize_volume_reference(view.cpu(), 4095)
-        torch.testing.assert_close(imgops.normalize_volume(view, 4095).cpu(), expected, rtol=0, atol=0)
+        torch.testing.assert_close(
+            imgops.normalize_volume(view, 4095).cpu(), expected, rtol=0, atol=0
+        )
 
 
 @pytest.mark.cuda

@@ -98,7 +98,10 @@ def _cuda_archs(torch_module) -> str:
     if env:
         return env
     if torch_module.cuda.is_available():
-        caps = {torch_module.cuda.get_device_capability(i) for i in range(torch_module.cuda.device_count())}
+        caps = {
+            torch_module.cuda.get_device_capability(i)
+            for i in range(torch_module.cuda.device_count())
+        }
         return ";".join(f"{major}.{minor}" for major, minor in sorted(caps))
     return support.DEFAULT_CUDA_ARCHS
 
@@ -107,9 +110,14 @@ def _build_key(torch_module, plan: support.CudaPlan, archs: str, sources: list[s
     digest = hashlib.sha256()
     for path in sources + sorted(str(p) for p in Path(sources[0]).parent.rglob("*.h*")):
         digest.update(Path(path).read_bytes())
-    cuda = f"cu{plan.nvcc_version}-sm{archs.replace(';', '_').replace('+', '')}" if plan.enabled else "cpu"
+    cuda = (
+        f"cu{plan.nvcc_version}-sm{archs.replace(';', '_').replace('+', '')}"
+        if plan.enabled
+        else "cpu"
+    )
     py = f"py{sys.version_info.major}{sys.version_info.minor}"
-    return f"torch{torch_module.__version__}-{cuda}-{py}-{platform.machine()}-{digest.hexdigest()[:12]}"
+    machine = platform.machine()
+    return f"torch{torch_module.__version__}-{cuda}-{py}-{machine}-{digest.hexdigest()[:12]}"
 
 
 @contextlib.contextmanager
@@ -134,13 +142,18 @@ def _build_just_in_time(reason: str) -> dict[str, Any]:
 
     plan = support.plan_cuda(torch.version.cuda)
     if plan.enabled and not torch.cuda.is_available():
-        plan = support.CudaPlan(False, "no CUDA device is visible", plan.cuda_home, plan.nvcc_version)
+        plan = support.CudaPlan(
+            False, "no CUDA device is visible", plan.cuda_home, plan.nvcc_version
+        )
     try:
         return _compile(torch, plan, reason)
     except Exception as error:
         if not plan.enabled or os.environ.get("FORCE_CUDA") == "1":
             raise ExtensionError(f"imgops: building the kernels failed: {error}") from error
-        print(f"imgops: the CUDA kernels failed to build ({error}); building CPU only", file=sys.stderr)
+        print(
+            f"imgops: the CUDA kernels failed to build ({error}); building CPU only",
+            file=sys.stderr,
+        )
         cpu_plan = support.CudaPlan(False, f"the CUDA build failed: {error}", None, None)
         return _compile(torch, cpu_plan, reason)
 
@@ -224,7 +237,9 @@ def build_info() -> dict[str, Any]:
         "built_against_torch": compiled["torch"],
         "mode": info.get("mode"),
         "archs": info.get("archs", ""),
-        "cuda_skipped_reason": "" if compiled["cuda_kernels"] else info.get("cuda_skipped_reason", ""),
+        "cuda_skipped_reason": ""
+        if compiled["cuda_kernels"]
+        else info.get("cuda_skipped_reason", ""),
         "rebuild_reason": info.get("rebuild_reason", ""),
         "extension_path": info.get("path"),
     }

@@ -13,16 +13,16 @@ def find_problems(info: dict) -> list[str]:
     if info["cuda_available"] and not info["cuda_kernels"]:
         why = info.get("cuda_skipped_reason") or "unknown reason"
         problems.append(
-            f"a GPU is visible but the CUDA kernels are not compiled in ({why}). Install a CUDA "
-            f"toolkit whose major version matches torch's CUDA {info['torch_cuda']}, set CUDA_HOME, "
-            "then reinstall imgops (FORCE_CUDA=1 pip install --no-build-isolation .)"
+            f"a GPU is visible but the CUDA kernels are not compiled in ({why}). Install a "
+            f"CUDA toolkit whose major version matches torch's CUDA {info['torch_cuda']}, set "
+            "CUDA_HOME, then reinstall imgops (FORCE_CUDA=1 pip install --no-build-isolation .)"
         )
-    if info["torch_cuda"] and info["nvcc_found"]:
-        if info["nvcc_found"].split(".")[0] != info["torch_cuda"].split(".")[0]:
-            problems.append(
-                f"nvcc is CUDA {info['nvcc_found']} but torch uses CUDA {info['torch_cuda']}: "
-                "CUDA kernels cannot be built; install a matching toolkit or torch"
-            )
+    nvcc, torch_cuda = info["nvcc_found"], info["torch_cuda"]
+    if torch_cuda and nvcc and nvcc.split(".")[0] != torch_cuda.split(".")[0]:
+        problems.append(
+            f"nvcc is CUDA {info['nvcc_found']} but torch uses CUDA {info['torch_cuda']}: "
+            "CUDA kernels cannot be built; install a matching toolkit or torch"
+        )
     if info["torch_cuda"] and not info["nvcc_found"] and not info["cuda_kernels"]:
         problems.append("no nvcc found: set CUDA_HOME or put the CUDA toolkit's bin on PATH")
     if info.get("rebuild_reason"):

@@ -25,7 +25,9 @@ class OutputExistsError(FileExistsError):
 
 def temporary_path_for(target: Path) -> Path:
     """A hidden, unique name beside `target` that keeps its suffix (encoders choose by suffix)."""
-    return target.with_name(f".{target.stem}{TEMP_MARKER}{os.getpid()}-{secrets.token_hex(4)}{target.suffix}")
+    return target.with_name(
+        f".{target.stem}{TEMP_MARKER}{os.getpid()}-{secrets.token_hex(4)}{target.suffix}"
+    )
 
 
 def _fsync_file(path: Path) -> None:

@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# The sample images through `imgops gray` on CPU and on CUDA: wall time of each batch, and the
+# outputs must be byte-identical. Usage: bash scripts/cli_cpu_vs_cuda.sh OUTDIR
+set -euo pipefail
+out=${1:-/tmp/imgops-cli}
+PY=${PYTHON:-python3}
+inputs=(samples/*.jpg samples/*.png)
+for dev in cpu cuda; do
+  rm -rf "$out/gray-$dev"; mkdir -p "$out/gray-$dev"
+  t0=$(date +%s.%N)
+  $PY -m imgops.cli gray "${inputs[@]}" -d "$out/gray-$dev" --device "$dev" -q
+  t1=$(date +%s.%N)
+  echo "gray batch of ${#inputs[@]} sample images on $dev: $(echo "$t1 - $t0" | bc) s (incl. start-up)"
+done
+diff -r "$out/gray-cpu" "$out/gray-cuda" && echo "CPU and CUDA outputs byte-identical ($(ls "$out/gray-cpu" | wc -l) files)"

@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# On the GPU machine, in one call: build imgops for sm_90, run every test (CUDA ones included),
+# compute-sanitizer memcheck and racecheck over the kernels, the CLI on CPU vs CUDA, and timings.
+# Logs go to $OUT (or ./gpu-check-out); a summary is printed last.
+#   bash scripts/gpu-check.sh [stage...]   stages: build tests sanitize cli bench volume (default: all)
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-$PWD/gpu-check-out}
+mkdir -p "$OUT"
+PY=${PYTHON:-python3}
+STAGES=${*:-build tests sanitize cli bench volume}
+SUMMARY="$OUT/summary.txt"
+: >"$SUMMARY"
+export PYTHONUNBUFFERED=1 TORCH_CUDA_ARCH_LIST="9.0" MAX_JOBS=${MAX_JOBS:-16} FORCE_CUDA=1
+note() { echo "$*" | tee -a "$SUMMARY"; }
+run_stage() {  # name, command...
+  local name=$1; shift
+  local t0=$SECONDS
+  "$@" >"$OUT/$name.log" 2>&1
+  local rc=$?
+  note "$(printf '%-9s rc=%-3s %4ss  %s' "$name" "$rc" "$((SECONDS - t0))" "$(tail -n 1 "$OUT/$name.log")")"
+  return $rc
+}
+wants() { [[ " $STAGES " == *" $1 "* ]]; }
+
+note "== $(date -u +%FT%TZ) $(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null)"
+if wants build; then
+  run_stage build bash -c "$PY -m pip install --no-build-isolation --no-deps -e . && \
+    $PY -c 'import imgops, json; print(json.dumps(imgops.build_info()))'" || { cat "$OUT/build.log" | tail -40; exit 1; }
+  $PY -c 'import imgops; i = imgops.build_info(); print("cuda_kernels", i["cuda_kernels"], i["mode"], i["archs"], i["devices"])' | tee -a "$SUMMARY"
+fi
+if wants tests; then
+  run_stage tests $PY -m pytest -q -rs -p no:cacheprovider --junitxml="$OUT/junit.xml" tests
+  grep -E "passed|failed" "$OUT/tests.log" | tail -n 3 >>"$SUMMARY"
+  grep -E "^(FAILED|ERROR)" "$OUT/tests.log" | head -n 30 | tee -a "$SUMMARY"
+fi
+if wants sanitize; then
+  export PYTORCH_NO_CUDA_MEMORY_CACHING=1
+  for tool in memcheck racecheck; do
+    run_stage "$tool" compute-sanitizer --tool "$tool" --print-limit 20 --error-exitcode 9 \
+      $PY scripts/sanitize_kernels.py
+    grep -E "ERROR SUMMARY|RACECHECK SUMMARY|Hazard" "$OUT/$tool.log" | tail -n 2 | tee -a "$SUMMARY"
+  done
+  unset PYTORCH_NO_CUDA_MEMORY_CACHING
+fi
+if wants cli; then
+  run_stage cli bash scripts/cli_cpu_vs_cuda.sh "$OUT"
+fi
+if wants bench; then
+  run_stage bench $PY -m imgops.cli bench --device cuda --json-out "$OUT/bench.json"
+  cat "$OUT/bench.log" | tail -n 40
+fi
+if wants volume && [ -f benchmarks/volume_bench.py ]; then
+  run_stage volume $PY benchmarks/volume_bench.py --size-gb "${VOLUME_GB:-16}" --device cuda --workdir /tmp/imgops-vol
+fi
+echo "==== summary"
+cat "$SUMMARY"
