@@ -2,13 +2,15 @@
 # On the GPU machine, in one call: build imgops for sm_90, run every test (CUDA ones included),
 # compute-sanitizer memcheck and racecheck over the kernels, the CLI on CPU vs CUDA, and timings.
 # Logs go to $OUT (or ./gpu-check-out); a summary is printed last.
-#   bash scripts/gpu-check.sh [stage...]   stages: build tests sanitize cli bench volume (default: all)
+#   bash scripts/gpu-check.sh [stage...]   stages: build tests sanitize timing cli bench volume
+#   (default: all); TESTS="tests/test_x.py ..." narrows the test stage.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/gpu-check-out}
 mkdir -p "$OUT"
 PY=${PYTHON:-python3}
-STAGES=${*:-build tests sanitize cli bench volume}
+STAGES=${*:-build tests sanitize timing cli bench volume}
+TESTS=${TESTS:-tests}
 SUMMARY="$OUT/summary.txt"
 : >"$SUMMARY"
 export PYTHONUNBUFFERED=1 TORCH_CUDA_ARCH_LIST="9.0" MAX_JOBS=${MAX_JOBS:-16} FORCE_CUDA=1
@@ -30,7 +32,7 @@ if wants build; then
   $PY -c 'import imgops; i = imgops.build_info(); print("cuda_kernels", i["cuda_kernels"], i["mode"], i["archs"], i["devices"])' | tee -a "$SUMMARY"
 fi
 if wants tests; then
-  run_stage tests $PY -m pytest -q -rs -p no:cacheprovider --junitxml="$OUT/junit.xml" tests
+  run_stage tests $PY -m pytest -q -rs -p no:cacheprovider --junitxml="$OUT/junit.xml" $TESTS
   grep -E "passed|failed" "$OUT/tests.log" | tail -n 3 >>"$SUMMARY"
   grep -E "^(FAILED|ERROR)" "$OUT/tests.log" | head -n 30 | tee -a "$SUMMARY"
 fi
@@ -42,6 +44,10 @@ if wants sanitize; then
     grep -E "ERROR SUMMARY|RACECHECK SUMMARY|Hazard" "$OUT/$tool.log" | tail -n 2 | tee -a "$SUMMARY"
   done
   unset PYTORCH_NO_CUDA_MEMORY_CACHING
+fi
+if wants timing; then
+  run_stage timing $PY scripts/kernel_timing.py
+  cat "$OUT/timing.log" | tee -a "$SUMMARY"
 fi
 if wants cli; then
   run_stage cli bash scripts/cli_cpu_vs_cuda.sh "$OUT"
