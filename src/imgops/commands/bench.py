@@ -1,0 +1,127 @@
+"""`imgops bench`: kernel GB/s against a copy and peers; whole batches against OpenCV."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from ..cli_common import Reporter, quiet_option
+
+
+def _devices(choice: str) -> list:
+    import torch
+
+    from .. import _extension
+    from ..errors import ImgopsError
+
+    cuda_ok = torch.cuda.is_available() and bool(_extension.load().get("cuda_kernels"))
+    if choice == "cpu":
+        return [torch.device("cpu")]
+    if choice == "cuda" and not cuda_ok:
+        raise ImgopsError("--device cuda: no CUDA GPU or no CUDA kernels (run `imgops doctor`)")
+    if choice == "cuda":
+        return [torch.device("cuda")]
+    return [torch.device("cpu")] + ([torch.device("cuda")] if cuda_ok else [])
+
+
+@click.command(context_settings={"max_content_width": 100})
+@click.option(
+    "--device",
+    type=click.Choice(["cpu", "cuda", "all"]),
+    default="all",
+    show_default=True,
+    help="Where to time the kernels (all: CPU, and CUDA when present).",
+)
+@click.option("--quick", is_flag=True, help="Small sizes and few repetitions (a smoke test).")
+@click.option("--no-compile", is_flag=True, help="Skip torch.compile (slow to start).")
+@click.option("--reps", type=click.IntRange(min=3), help="Repetitions per measurement.")
+@click.option(
+    "--threads",
+    type=click.IntRange(min=1),
+    help="CPU threads for torch and OpenCV  [default: torch's default]",
+)
+@click.option(
+    "--pipeline",
+    "pipeline_dir",
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    metavar="DIR",
+    help="Instead: time `imgops gray` on the images in DIR against the OpenCV peer script.",
+)
+@click.option("--png-level", type=click.IntRange(0, 9), help="--png-level passed to imgops gray.")
+@click.option(
+    "--gray-device",
+    default="auto",
+    show_default=True,
+    help="--device passed to imgops gray with --pipeline.",
+)
+@click.option(
+    "--json", "as_json", is_flag=True, help="Print JSON (for machines) instead of tables."
+)
+@quiet_option
+def bench(
+    device: str,
+    quick: bool,
+    no_compile: bool,
+    reps: int | None,
+    threads: int | None,
+    pipeline_dir: Path | None,
+    png_level: int | None,
+    gray_device: str,
+    as_json: bool,
+    quiet: bool,
+) -> None:
+    """Measure imgops against its peers on this machine; medians, ratios, % of copy bandwidth.
+
+    Kernels: each op on fresh random inputs, the extension next to the torch reference (eager
+    and torch.compile) and OpenCV's cvtColor on the same number of threads; time, GB/s (bytes
+    read + written) and % of a plain copy measured in the same run. Each output is checked
+    against the reference before it is timed.
+
+    Pipeline (--pipeline DIR): `imgops gray` over DIR's images against an OpenCV script with a
+    process pool over all cores, and the same script sequentially: wall time, files/s, output
+    bytes.
+
+    \b
+    $ imgops bench
+    $ imgops bench --device cuda --json > kernels.json
+    $ imgops bench --quick --no-compile --device cpu
+    $ imgops bench --pipeline photos/ --reps 3
+    """
+    from ..bench.report import kernel_table, pipeline_table, print_table
+
+    reporter = Reporter(quiet=quiet)
+    if pipeline_dir is not None:
+        from ..bench.pipeline import run_pipeline
+
+        reporter.info(f"imgops bench: timing batches over {pipeline_dir} ...")
+        try:
+            result = run_pipeline(
+                pipeline_dir,
+                reps=reps or (1 if quick else 3),
+                device=gray_device,
+                png_level=png_level,
+            )
+        except ValueError as error:
+            raise click.BadParameter(str(error), param_hint="--pipeline") from None
+        if as_json:
+            click.echo(json.dumps(result, indent=2))
+        else:
+            print_table(pipeline_table(result))
+            note = result["runs"][0].get("stages_note")
+            if note:
+                reporter.info(f"note: {note}")
+        return
+
+    from ..bench.kernels import Settings, run_kernels
+
+    settings = Settings(quick=quick, compile=not no_compile, reps=reps or 0, threads=threads or 0)
+    report = run_kernels(_devices(device), settings, progress=reporter.info).to_json()
+    if as_json:
+        click.echo(json.dumps(report, indent=2))
+    else:
+        print_table(kernel_table(report))
+    if any(r["error"] for r in report["results"]):
+        reporter.error("some implementations failed or disagreed with the reference (see table)")
+        raise SystemExit(1)
