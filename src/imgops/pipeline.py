@@ -1,0 +1,378 @@
+"""The gray batch pipeline: decode threads -> device -> encode threads -> atomic writes.
+
+One process serves the whole batch, so torch and CUDA start once, when the first colour image
+needs them (gray images, skipped and failed files never wait for torch). Each worker thread
+carries one file through decode -> gray -> encode -> write (OpenCV releases the GIL, so threads
+scale), and at most `jobs + 2` files are in flight, so memory stays bounded whatever the batch
+size. A failure in one file is recorded in its result and never stops the others.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Callable, Iterable
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+import numpy as np
+
+from .io.atomic import OutputExistsError, atomic_output
+from .io.images import (
+    DEFAULT_PNG_LEVEL,
+    DecodedImage,
+    ImageDecodeError,
+    ImageEncodeError,
+    decode_image,
+    encode_image,
+)
+
+__all__ = ["GrayConverter", "GrayJob", "JobResult", "PipelineSettings", "Summary", "run_gray"]
+
+STAGES = ("read", "decode", "convert", "encode", "write")
+
+
+@dataclass(frozen=True)
+class GrayJob:
+    """One input and where its gray image goes.
+
+    `source` None means the encoded input is in `data` (stdin); `target` None means the
+    encoded output goes to the pipeline's `stdout` stream. `label` names the input in messages.
+    """
+
+    source: Path | None
+    target: Path | None
+    label: str
+    data: bytes | None = field(default=None, repr=False)
+
+
+@dataclass
+class JobResult:
+    """What happened to one job: status "written", "skipped" or "failed" (with `reason`)."""
+
+    job: GrayJob
+    status: str
+    reason: str | None = None
+    error: BaseException | None = None
+    shape: tuple[int, ...] | None = None
+    dtype: str | None = None
+    bytes_written: int = 0
+    seconds: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass
+class PipelineSettings:
+    """How the pipeline runs; `jobs` None means the number of usable CPUs."""
+
+    device: str = "auto"
+    jobs: int | None = None
+    fmt: str = "png"
+    png_level: int = DEFAULT_PNG_LEVEL
+    overwrite: bool = False
+    skip_existing: bool = False
+    durable: bool = True
+    max_pixels: int | None = None
+    stdout: IO[bytes] | None = None
+
+
+@dataclass
+class Summary:
+    """Counts for the batch, the failed results, and the total seconds spent in each stage."""
+
+    written: int = 0
+    skipped: int = 0
+    failed: int = 0
+    failures: list[JobResult] = field(default_factory=list)
+    stage_seconds: dict[str, float] = field(default_factory=lambda: dict.fromkeys(STAGES, 0.0))
+    wall_seconds: float = 0.0
+    device: str | None = None
+
+    def add(self, result: JobResult) -> None:
+        """Counts one result."""
+        if result.status == "written":
+            self.written += 1
+        elif result.status == "skipped":
+            self.skipped += 1
+        else:
+            self.failed += 1
+            self.failures.append(result)
+        for stage, seconds in result.seconds.items():
+            self.stage_seconds[stage] = self.stage_seconds.get(stage, 0.0) + seconds
+
+    def line(self) -> str:
+        """The one-line summary: "N written, M skipped, K failed"."""
+        return f"{self.written} written, {self.skipped} skipped, {self.failed} failed"
+
+
+def default_jobs() -> int:
+    """The number of CPUs this process may use."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not on Linux
+        return max(1, os.cpu_count() or 1)
+
+
+class GrayConverter:
+    """The device stage: imgops.ops.rgb_to_gray(..., channel_order="bgr") on one device.
+
+    Safe to call from many threads. On CUDA each thread has its own stream and pinned host
+    buffers, and copies are non-blocking; the array returned by `convert` may live in the
+    calling thread's pinned buffer, valid until that thread's next call.
+    """
+
+    def __init__(self, device: str = "auto") -> None:
+        import torch
+
+        from . import ops
+        from .cli_common import resolve_device
+
+        self.device = resolve_device(device)
+        self._torch = torch
+        self._rgb_to_gray = ops.rgb_to_gray
+        self._local = threading.local()
+        if self.device.type == "cuda":
+            torch.cuda.init()
+
+    def convert(self, image: DecodedImage) -> np.ndarray:
+        """The gray (H, W) array of a decoded image; gray images pass through unchanged."""
+        if image.is_gray:
+            return image.pixels
+        if self.device.type == "cuda":
+            return self._convert_cuda(image.pixels, image.channel_order or "bgr")
+        tensor = self._torch.from_numpy(image.pixels)  # shares memory: no copy
+        return self._rgb_to_gray(tensor, channel_order=image.channel_order or "bgr").numpy()
+
+    def _pinned(self, name: str, nbytes: int) -> Any:
+        torch = self._torch
+        buffer = getattr(self._local, name, None)
+        if buffer is None or buffer.numel() < nbytes:
+            capacity = max(nbytes, int(buffer.numel() * 1.5) if buffer is not None else 0)
+            buffer = torch.empty(capacity, dtype=torch.uint8, pin_memory=True)
+            setattr(self._local, name, buffer)
+        return buffer[:nbytes]
+
+    def _convert_cuda(self, pixels: np.ndarray, channel_order: str) -> np.ndarray:
+        torch = self._torch
+        stream = getattr(self._local, "stream", None)
+        if stream is None:
+            stream = self._local.stream = torch.cuda.Stream(self.device)
+        dtype = torch.from_numpy(pixels[:0, :0]).dtype
+        host_in = self._pinned("host_in", pixels.nbytes).view(dtype).view(pixels.shape)
+        host_in.numpy()[...] = pixels
+        out_shape = pixels.shape[:2]
+        host_out = self._pinned("host_out", pixels.nbytes // 3).view(dtype).view(out_shape)
+        with torch.cuda.stream(stream):
+            device_in = host_in.to(self.device, non_blocking=True)
+            device_out = self._rgb_to_gray(device_in, channel_order=channel_order)
+            host_out.copy_(device_out, non_blocking=True)
+        stream.synchronize()
+        return host_out.numpy()
+
+
+class _ConverterLoader:
+    """Starts the device stage (torch, the extension, CUDA) once, when first needed.
+
+    Batches of gray images, skipped or failed files never pay for importing torch.
+    """
+
+    def __init__(self, device: str) -> None:
+        self._device = device
+        self._lock = threading.Lock()
+        self._converter: GrayConverter | None = None
+        self._error: BaseException | None = None
+
+    def get(self) -> GrayConverter:
+        """The converter, started by the first caller; raises _FatalError if it cannot start."""
+        with self._lock:
+            if self._converter is None and self._error is None:
+                try:
+                    self._converter = GrayConverter(self._device)
+                except BaseException as error:  # reported once by run_gray
+                    self._error = error
+        if self._error is not None:
+            raise _FatalError(self._error)
+        assert self._converter is not None
+        return self._converter
+
+    def loaded(self) -> GrayConverter | None:
+        """The converter if it was started, else None."""
+        return self._converter
+
+
+class _FatalError(Exception):
+    """The device stage failed to start: the batch cannot go on."""
+
+    def __init__(self, cause: BaseException) -> None:
+        super().__init__(str(cause))
+        self.cause = cause
+
+
+class _Worker:
+    """Carries one job through read -> decode -> convert -> encode -> write."""
+
+    def __init__(self, settings: PipelineSettings, loader: _ConverterLoader) -> None:
+        self.settings = settings
+        self.loader = loader
+        self.stop = threading.Event()
+        self._stdout_lock = threading.Lock()
+
+    def __call__(self, job: GrayJob) -> JobResult:
+        if self.stop.is_set():
+            return JobResult(job, "failed", "cancelled")
+        result = JobResult(job, "written")
+        settings = self.settings
+        target = job.target
+        if target is not None and target.exists():
+            if settings.skip_existing:
+                result.status = "skipped"
+                return result
+            if not settings.overwrite:
+                return self._failed(result, f"output {target} exists (use --overwrite)")
+        try:
+            self._run(job, result)
+        except _FatalError:
+            raise
+        except (ImageDecodeError, ImageEncodeError) as error:
+            self._failed(result, str(error))
+        except OutputExistsError:
+            self._failed(result, f"output {target} exists (use --overwrite)")
+        except OSError as error:
+            self._failed(result, _describe_os_error(error, job), error)
+        except Exception as error:  # one bad file must never stop the batch
+            self._failed(result, f"{type(error).__name__}: {error}", error)
+        return result
+
+    @staticmethod
+    def _failed(result: JobResult, reason: str, error: BaseException | None = None) -> JobResult:
+        result.status, result.reason, result.error = "failed", reason, error
+        return result
+
+    def _run(self, job: GrayJob, result: JobResult) -> None:
+        settings, seconds = self.settings, result.seconds
+        start = time.perf_counter()
+        data = job.data if job.data is not None else _read_bytes(job.source)
+        now = time.perf_counter()
+        seconds["read"], start = now - start, now
+        image = decode_image(data, max_pixels=settings.max_pixels)
+        del data
+        result.shape, result.dtype = image.pixels.shape, str(image.pixels.dtype)
+        now = time.perf_counter()
+        seconds["decode"], start = now - start, now
+        gray = image.pixels if image.is_gray else self.loader.get().convert(image)
+        now = time.perf_counter()
+        seconds["convert"], start = now - start, now
+        encoded = encode_image(gray, settings.fmt, png_level=settings.png_level)
+        now = time.perf_counter()
+        seconds["encode"], start = now - start, now
+        self._write(job.target, encoded)
+        result.bytes_written = len(encoded)
+        seconds["write"] = time.perf_counter() - start
+
+    def _write(self, target: Path | None, encoded: bytes) -> None:
+        if target is None:
+            stream = self.settings.stdout
+            if stream is None:
+                raise ValueError("no output stream for a job without a target")
+            with self._stdout_lock:
+                stream.write(encoded)
+                stream.flush()
+            return
+        settings = self.settings
+        try:
+            with (
+                atomic_output(
+                    target, overwrite=settings.overwrite, durable=settings.durable
+                ) as temp,
+                open(temp, "wb") as handle,
+            ):
+                handle.write(encoded)
+        except OutputExistsError:
+            raise
+        except OSError as error:  # name the target, not the temporary file
+            raise OSError(
+                error.errno, f"cannot write: {error.strerror or error}", str(target)
+            ) from error
+
+
+def _read_bytes(path: Path | None) -> bytes:
+    if path is None:
+        raise ValueError("a job needs a source path or data")
+    if path.is_dir():
+        raise IsADirectoryError(21, "is a directory", str(path))
+    with open(path, "rb") as handle:
+        return handle.read()
+
+
+def _describe_os_error(error: OSError, job: GrayJob) -> str:
+    problem = error.strerror or str(error)
+    name = error.filename
+    if name is not None and job.source is not None and Path(name) == job.source:
+        return problem
+    if name is not None:
+        return f"{name}: {problem}"
+    return problem
+
+
+def run_gray(
+    jobs: Iterable[GrayJob],
+    settings: PipelineSettings,
+    on_result: Callable[[JobResult], None] | None = None,
+) -> Summary:
+    """Runs every job through the pipeline; returns the counts, failures and stage times.
+
+    `on_result` is called in the calling thread once per job as it finishes (for progress and
+    per-file messages). An error that stops the whole batch (the device cannot start, Ctrl-C)
+    is raised after the files in progress finish; everything written so far is complete.
+
+    Example:
+        >>> jobs = [GrayJob(Path("a.jpg"), Path("a_gray.png"), "a.jpg")]
+        >>> run_gray(jobs, PipelineSettings(device="cpu")).line()
+        '1 written, 0 skipped, 0 failed'
+    """
+    started = time.perf_counter()
+    workers = settings.jobs or default_jobs()
+    loader = _ConverterLoader(settings.device)
+    if settings.device not in ("auto", "cpu"):
+        try:
+            loader.get()  # a device the user asked for must work before any file is touched
+        except _FatalError as error:
+            raise error.cause from None
+    worker = _Worker(settings, loader)
+    summary = Summary()
+    window = workers + 2
+    pending: set[Future[JobResult]] = set()
+    source = iter(jobs)
+    exhausted = False
+    pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="imgops-gray")
+    try:
+        while True:
+            while not exhausted and len(pending) < window:
+                job = next(source, None)
+                if job is None:
+                    exhausted = True
+                else:
+                    pending.add(pool.submit(worker, job))
+            if not pending:
+                break
+            done, pending = wait(pending, return_when=FIRST_COMPLETED)
+            for future in done:
+                result = future.result()
+                summary.add(result)
+                if on_result is not None:
+                    on_result(result)
+    except _FatalError as error:
+        worker.stop.set()
+        pool.shutdown(wait=True, cancel_futures=True)
+        raise error.cause from None
+    except BaseException:
+        worker.stop.set()
+        pool.shutdown(wait=True, cancel_futures=True)
+        raise
+    pool.shutdown(wait=True)
+    converter = loader.loaded()
+    summary.device = str(converter.device) if converter is not None else None
+    summary.wall_seconds = time.perf_counter() - started
+    return summary
