@@ -65,6 +65,17 @@ def test_plan_chunks_arithmetic():
         plan_chunks((7, 8, 8), "uint8", "float32", chunk_mb=0)
 
 
+def test_pinned_plans_count_power_of_two_buffers():
+    # 1024 x 1024 uint16 -> float32: 2 MiB in + 4 MiB out a slice.
+    plain = plan_chunks((2000, 1024, 1024), "uint16", "float32", chunk_mb=256)
+    pinned = plan_chunks((2000, 1024, 1024), "uint16", "float32", chunk_mb=256, pinned=True)
+    assert plain.slices_per_chunk == 21 and plain.buffer_bytes <= 256 * 2**20
+    assert pinned.slices_per_chunk == 16 and pinned.buffer_bytes == 2 * (32 + 64) * 2**20
+    for k in range(1, 40):
+        plan = plan_chunks((500, 300, 700), "uint16", "float16", chunk_mb=k, pinned=True)
+        assert plan.buffer_bytes <= k * 2**20 or plan.slices_per_chunk == 1
+
+
 def test_memory_stays_within_the_chunk_budget_for_a_stack_far_larger(tmp_path: Path):
     depth, height, width = 300, 64, 96
     data = (np.arange(depth * height * width, dtype=np.uint32) % 4096).astype(np.uint16)
@@ -237,6 +248,18 @@ def test_scan_other_integer_types(tmp_path: Path, dtype):
     )
     for q in (0.5, 1, 50, 99.8):
         assert full.percentile(q) == np.percentile(data, q)
+
+
+@pytest.mark.parametrize("edges", [(0, 65535), (32767, 32768), (32768, 65535), (5, 32767)])
+def test_scan_uint16_min_max_across_the_sign_bit(tmp_path: Path, edges):
+    rng = np.random.default_rng(11)
+    data = rng.integers(edges[0], edges[1], (6, 10, 12), endpoint=True).astype(np.uint16)
+    data[2, 3, 4], data[5, 0, 0] = edges
+    tifffile.imwrite(tmp_path / "v.tif", data, photometric="minisblack")
+    with open_volume(tmp_path / "v.tif") as reader:
+        plan = plan_chunks(reader.info.shape, "uint16", "float32", 0.002)
+        quick = scan_volume(reader, plan, CPU)
+    assert (quick.minimum, quick.maximum) == edges
 
 
 @given(

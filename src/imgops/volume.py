@@ -26,6 +26,7 @@ from the cumulative histogram, so the result equals numpy's bit for bit on integ
 
 from __future__ import annotations
 
+import contextlib
 import math
 import queue
 import threading
@@ -70,6 +71,7 @@ class ChunkPlan:
     slots: int
     in_slice_bytes: int
     out_slice_bytes: int
+    pinned: bool = False  # CUDA: pinned host buffers, which torch rounds up to powers of two
 
     @property
     def chunk_count(self) -> int:
@@ -78,13 +80,27 @@ class ChunkPlan:
 
     @property
     def buffer_bytes(self) -> int:
-        """Bytes of slice buffers in flight at most (host; the same again on a GPU)."""
-        return self.slots * self.slices_per_chunk * (self.in_slice_bytes + self.out_slice_bytes)
+        """Bytes of host slice buffers in flight at most (on CUDA the device holds as much)."""
+        k = self.slices_per_chunk
+        return self.slots * _slot_bytes(
+            k * self.in_slice_bytes, k * self.out_slice_bytes, self.pinned
+        )
 
     def chunks(self) -> Iterator[tuple[int, int]]:
         """(start, stop) slice ranges, in order."""
         for start in range(0, self.depth, self.slices_per_chunk):
             yield start, min(start + self.slices_per_chunk, self.depth)
+
+
+def _slot_bytes(in_bytes: int, out_bytes: int, pinned: bool) -> int:
+    if not pinned:
+        return in_bytes + out_bytes
+    return sum((1 << (n - 1).bit_length()) if n > 0 else 0 for n in (in_bytes, out_bytes))
+
+
+def _host_bytes(nbytes: int, pinned: bool) -> int:
+    """Host memory a buffer takes: torch's pinned allocator rounds up to a power of two."""
+    return _slot_bytes(nbytes, 0, pinned) if pinned else nbytes
 
 
 def plan_chunks(
@@ -93,22 +109,29 @@ def plan_chunks(
     out_dtype: str = "float32",
     chunk_mb: float = DEFAULT_CHUNK_MB,
     slots: int = DEFAULT_SLOTS,
+    *,
+    pinned: bool = False,
 ) -> ChunkPlan:
     """The largest K whose `slots` input+output chunk buffers fit `chunk_mb` MiB (at least 1 slice).
+
+    `pinned=True` (the CUDA path) counts buffers as torch's pinned allocator sizes them (rounded
+    up to a power of two), so the budget holds there too.
 
     Example:
         >>> plan_chunks((100, 512, 512), "uint16", "float32", chunk_mb=12).slices_per_chunk
         4
     """
-    if chunk_mb <= 0:
+    if not chunk_mb > 0:
         raise ValueError(f"chunk_mb must be positive, got {chunk_mb}")
     depth, height, width = shape
     in_bytes = height * width * _ITEMSIZE[in_dtype]
     out_bytes = height * width * _ITEMSIZE[out_dtype]
-    per_slice = max(1, slots * (in_bytes + out_bytes))
-    k = int(chunk_mb * 2**20) // per_slice
+    budget = int(chunk_mb * 2**20)
+    k = budget // max(1, slots * (in_bytes + out_bytes))
     k = max(1, min(k, max(depth, 1)))
-    return ChunkPlan(depth, k, slots, in_bytes, out_bytes)
+    while k > 1 and slots * _slot_bytes(k * in_bytes, k * out_bytes, pinned) > budget:
+        k -= 1
+    return ChunkPlan(depth, k, slots, in_bytes, out_bytes, pinned)
 
 
 @dataclass
@@ -273,7 +296,7 @@ class _Stages:
         self.copy_stream = torch.cuda.Stream(device) if device.type == "cuda" else None
         for _ in range(min(plan.slots, max(plan.chunk_count, 1))):
             slot = _InputSlot(plan, reader.info.shape, dtype, device)
-            budget.add(slot.host.nbytes)
+            budget.add(_host_bytes(slot.host.nbytes, slot.device_buffer is not None))
             self.free.put(slot)
         self.thread = threading.Thread(target=self._read_all, name="imgops-read", daemon=True)
 
@@ -323,11 +346,17 @@ def _histogram_bins(dtype: str) -> tuple[int, int]:
 
 
 def _chunk_min_max(chunk: torch.Tensor) -> torch.Tensor:
-    """[min, max] of a chunk as int32 on its device (uint16 is widened: aminmax lacks it)."""
+    """[min, max] of a chunk as int32 on its device.
+
+    torch has no aminmax for uint16, so uint16 is viewed as int16 with the sign bit flipped
+    (u ^ 0x8000 read as int16 is u - 32768: order-preserving, exact, no wider copy).
+    """
     import torch
 
-    values = chunk if chunk.dtype != torch.uint16 else chunk.to(torch.int32)
-    low, high = torch.aminmax(values)
+    if chunk.dtype == torch.uint16:
+        low, high = torch.aminmax(chunk.view(torch.int16) ^ -32768)
+        return torch.stack((low.to(torch.int32), high.to(torch.int32))) + 32768
+    low, high = torch.aminmax(chunk)
     return torch.stack((low.to(torch.int32), high.to(torch.int32)))
 
 
@@ -349,6 +378,18 @@ def scan_volume(
 
     Runs on `device` (a torch.device); nothing is written. `on_progress(n)` gets slices done.
     """
+    with _on_device(device):
+        return _scan(reader, plan, device, histogram, on_progress)
+
+
+def _on_device(device):
+    """Makes `device` current on CUDA, so streams and events all belong to it."""
+    import torch
+
+    return torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext()
+
+
+def _scan(reader, plan, device, histogram, on_progress) -> DataStats:
 
     from . import ops
 
@@ -418,7 +459,7 @@ class _Outputs:
             full = (plan.slices_per_chunk, *shape[1:])
             for _ in range(plan.slots):
                 host = torch.empty(full, dtype=dtype, pin_memory=True)
-                budget.add(host.nbytes)
+                budget.add(_host_bytes(host.nbytes, pinned=True))
                 self.free.put((host, torch.cuda.Event()))
         else:
             for _ in range(plan.slots):
@@ -470,6 +511,15 @@ def normalize_stream(
     `lambda pages: write_volume(tmp, pages, info, dtype)`). Raises the first error of any stage;
     the caller's atomic output discards the partial file.
     """
+    with _on_device(device):
+        return _normalize(
+            reader, write_pages, plan, device, maximum, minimum, dtype, clip, on_progress
+        )
+
+
+def _normalize(
+    reader, write_pages, plan, device, maximum, minimum, dtype, clip, on_progress
+) -> StreamStats:
     import torch
 
     from . import ops

@@ -275,7 +275,13 @@ def _normalise_one(path: Path, target: Path, settings: _Settings, device, report
 
     with open_volume(path) as reader:
         info = reader.info
-        plan = plan_chunks(info.shape, info.dtype, settings.dtype, settings.chunk_mb)
+        plan = plan_chunks(
+            info.shape,
+            info.dtype,
+            settings.dtype,
+            settings.chunk_mb,
+            pinned=device.type == "cuda",
+        )
         reporter.detail(
             f"{path}: {'x'.join(map(str, info.shape))} {info.dtype} ({info.axes}, "
             f"{info.compression}, {info.read_mode} reads); {plan.chunk_count} chunks of "

@@ -1,0 +1,247 @@
+"""Benchmark `imgops normvol` on a large synthetic uint16 stack built from the real sample scans.
+
+The stack is made of the three MRI sample volumes (samples/mri_*.tif), every slice resized
+(bilinear) to --side x --side and repeated through Z until the stack reaches --size-gb; it is
+written page by page, so building it needs little memory. Then, in the same run, each measured
+in its own subprocess (peak RSS from os.wait4, so each process is measured alone):
+
+- read floor:  reading the whole input with tifffile alone (chunks of pages, nothing else done);
+- write floor: writing the same number of output bytes alone (plain writes, then fsync, as
+               normvol's atomic output does);
+- normvol:     `imgops normvol` with --max 4095 (one pass) and, with --modes, the default data max
+               or --percentile (a first pass reads the input once more).
+
+Goal of issue 5: normvol peak RSS < 1 GB and wall <= 1.2 x max(read floor, write floor).
+The page cache is not dropped: the input is warm for every reader alike.
+
+    $ python benchmarks/volume_bench.py --size-gb 3 --workdir /tmp/imgops-bench
+    $ python benchmarks/volume_bench.py --size-gb 16 --device cuda --json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+SAMPLES = Path(__file__).resolve().parent.parent / "samples"
+GOAL_RSS_BYTES = 2**30
+GOAL_WALL_RATIO = 1.2
+
+_READ_FLOOR = """
+import sys, tifffile
+with tifffile.TiffFile(sys.argv[1]) as tif:
+    n = len(tif.series[0].pages)
+    for start in range(0, n, 32):
+        tif.asarray(key=range(start, min(start + 32, n)))
+"""
+
+_WRITE_FLOOR = """
+import os, sys
+import numpy as np
+path, total = sys.argv[1], int(sys.argv[2])
+block = np.random.default_rng(0).random((64 << 20) // 8).tobytes()
+with open(path, "wb") as f:
+    done = 0
+    while done < total:
+        done += f.write(block[: min(len(block), total - done)])
+    f.flush()
+    os.fsync(f.fileno())
+"""
+
+
+def build_stack(path: Path, size_gb: float, side: int) -> tuple[int, int]:
+    """Writes the synthetic stack page by page; returns (depth, bytes)."""
+    import numpy as np
+    import tifffile
+    import torch
+
+    slices = []
+    for sample in sorted(SAMPLES.glob("mri_*.tif")):
+        volume = torch.from_numpy(tifffile.imread(sample).astype(np.float32))
+        resized = torch.nn.functional.interpolate(
+            volume[:, None], size=(side, side), mode="bilinear", align_corners=False
+        )[:, 0]
+        slices.extend(resized.round().clamp(0, 65535).to(torch.int32).numpy().astype(np.uint16))
+    depth = max(1, int(size_gb * 1e9) // (side * side * 2))
+
+    def pages():
+        for z in range(depth):
+            yield slices[z % len(slices)]
+
+    nbytes = depth * side * side * 2
+    with tifffile.TiffWriter(path, bigtiff=nbytes > 2**32 - 2**25) as writer:
+        writer.write(
+            pages(),
+            shape=(depth, side, side),
+            dtype="uint16",
+            photometric="minisblack",
+            metadata={"axes": "ZYX"},
+        )
+    return depth, nbytes
+
+
+def measure(command: list[str]) -> dict[str, float]:
+    """Runs `command`; returns wall seconds and that process's peak RSS (bytes)."""
+    started = time.perf_counter()
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    _, status, usage = os.wait4(process.pid, 0)
+    wall = time.perf_counter() - started
+    process.returncode = os.waitstatus_to_exitcode(status)
+    stderr = process.stderr.read().decode(errors="replace") if process.stderr else ""
+    if process.returncode != 0:
+        raise RuntimeError(f"{' '.join(command)} failed ({process.returncode}): {stderr[-2000:]}")
+    return {"wall_s": wall, "peak_rss_bytes": usage.ru_maxrss * 1024}
+
+
+def normvol_command(
+    source: Path, target: Path, mode: str, device: str, chunk_mb: float
+) -> list[str]:
+    """The normvol command line for one mode: fixed (--max 4095), data (default) or percentile."""
+    extra = {"fixed": ["--max", "4095"], "data": [], "percentile": ["--percentile", "1", "99.8"]}
+    return [
+        sys.executable,
+        "-m",
+        "imgops.cli",
+        "normvol",
+        str(source),
+        "-o",
+        str(target),
+        "--device",
+        device,
+        "--chunk-mb",
+        str(chunk_mb),
+        "--dtype",
+        "float32",
+        "--overwrite",
+        "-q",
+        *extra[mode],
+    ]
+
+
+def run(args: argparse.Namespace) -> dict:
+    """Builds the stack, measures the floors and normvol; returns the results."""
+    workdir = Path(args.workdir)
+    workdir.mkdir(parents=True, exist_ok=True)
+    free = shutil.disk_usage(workdir).free
+    need = args.size_gb * 1e9 * 5.2  # input, float32 output, the write floor's file
+    if free < need:
+        raise SystemExit(
+            f"{workdir}: {free / 1e9:.1f} GB free, this run needs about {need / 1e9:.0f} GB"
+        )
+    source, target, scratch = (
+        workdir / "stack.tif",
+        workdir / "stack_norm.tif",
+        workdir / "floor.bin",
+    )
+    results: dict = {"size_gb": args.size_gb, "device": args.device, "chunk_mb": args.chunk_mb}
+    try:
+        started = time.perf_counter()
+        # Built in a child process: the parent stays small, because Linux carries a parent's
+        # peak RSS into the rusage of every child it forks afterwards.
+        built = subprocess.run(
+            [sys.executable, __file__, "--build", str(source), str(args.size_gb), str(args.side)],
+            check=True,
+            capture_output=True,
+            text=True,
+        )
+        depth, nbytes = (int(v) for v in built.stdout.split())
+        results.update(
+            depth=depth,
+            side=args.side,
+            input_bytes=nbytes,
+            output_bytes=nbytes * 2,
+            build_s=time.perf_counter() - started,
+        )
+        results["read_floor"] = measure([sys.executable, "-c", _READ_FLOOR, str(source)])
+        results["write_floor"] = measure(
+            [sys.executable, "-c", _WRITE_FLOOR, str(scratch), str(nbytes * 2)]
+        )
+        scratch.unlink()
+        tiny = workdir / "tiny.tif"
+        shutil.copy(SAMPLES / "mri_dwi_b0_u16.tif", tiny)
+        results["startup"] = measure(
+            normvol_command(tiny, workdir / "tiny_norm.tif", "fixed", args.device, args.chunk_mb)
+        )
+        for mode in args.modes:
+            results[f"normvol_{mode}"] = measure(
+                normvol_command(source, target, mode, args.device, args.chunk_mb)
+            )
+            target.unlink()
+    finally:
+        if not args.keep:
+            for path in (source, target, scratch, workdir / "tiny.tif", workdir / "tiny_norm.tif"):
+                path.unlink(missing_ok=True)
+    floor = max(results["read_floor"]["wall_s"], results["write_floor"]["wall_s"])
+    results["floor_s"] = floor
+    for mode in args.modes:
+        entry = results[f"normvol_{mode}"]
+        entry["wall_over_floor"] = entry["wall_s"] / floor
+        entry["goal_met"] = (
+            entry["peak_rss_bytes"] < GOAL_RSS_BYTES and entry["wall_over_floor"] <= GOAL_WALL_RATIO
+        )
+    return results
+
+
+def print_table(results: dict, modes: list[str]) -> None:
+    """A human-readable table of the results."""
+    gb = 1e9
+    side, depth = results["side"], results["depth"]
+    print(
+        f"stack {depth} x {side} x {side} uint16 = {results['input_bytes'] / gb:.2f} GB in, "
+        f"{results['output_bytes'] / gb:.2f} GB float32 out, device {results['device']}, "
+        f"--chunk-mb {results['chunk_mb']:g}"
+    )
+    print(f"{'run':<22}{'wall s':>9}{'GB/s in':>9}{'peak RSS MB':>13}{'x floor':>9}  goal")
+    rows = [
+        ("read floor (tifffile)", results["read_floor"]),
+        ("write floor (+fsync)", results["write_floor"]),
+    ]
+    rows.append(("startup (tiny stack)", results["startup"]))
+    rows += [(f"normvol {mode}", results[f"normvol_{mode}"]) for mode in modes]
+    for name, entry in rows:
+        ratio = entry.get("wall_over_floor")
+        goal = "" if "goal_met" not in entry else ("met" if entry["goal_met"] else "NOT met")
+        rate = results["input_bytes"] / gb / entry["wall_s"]
+        ratio_text = "" if ratio is None else f"{ratio:.2f}"
+        print(
+            f"{name:<22}{entry['wall_s']:>9.2f}{rate:>9.2f}"
+            f"{entry['peak_rss_bytes'] / 2**20:>13.0f}{ratio_text:>9}  {goal}"
+        )
+
+
+def main() -> None:
+    """Command line: see the module docstring."""
+    if len(sys.argv) == 5 and sys.argv[1] == "--build":
+        depth, nbytes = build_stack(Path(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4]))
+        print(depth, nbytes)
+        return
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--size-gb", type=float, default=3.0, help="input stack size (GB, 1e9 bytes)"
+    )
+    parser.add_argument("--side", type=int, default=1024, help="slice width and height")
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--chunk-mb", type=float, default=256)
+    parser.add_argument(
+        "--modes", default="fixed", help="comma list of fixed, data, percentile (default fixed)"
+    )
+    parser.add_argument("--workdir", default="/tmp/imgops-volume-bench")
+    parser.add_argument("--keep", action="store_true", help="keep the files (default: delete)")
+    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    args = parser.parse_args()
+    args.modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+    results = run(args)
+    if args.json:
+        print(json.dumps(results, indent=2))
+    else:
+        print_table(results, args.modes)
+
+
+if __name__ == "__main__":
+    main()
