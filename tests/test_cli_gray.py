@@ -470,6 +470,80 @@ def test_output_that_is_a_directory_is_a_usage_error(work):
     assert "is a directory; use -d" in result.stderr
 
 
+# ------------------------------------------------------------------------- the pipeline API
+
+
+def test_pipeline_parking_does_not_change_results(tmp_path):
+    """Images decoded while the device starts (parked) or waited for give the same bytes."""
+    from imgops.pipeline import GrayJob, PipelineSettings, run_gray
+
+    names = COLOUR_SAMPLES + GRAY_SAMPLES
+    outputs = {}
+    for budget in (0, 1 << 30):
+        out = tmp_path / str(budget)
+        out.mkdir()
+        jobs = [GrayJob(SAMPLES / n, out / f"{n}.png", n) for n in names]
+        settings = PipelineSettings(device="cpu", jobs=3, startup_buffer_bytes=budget)
+        summary = run_gray(jobs, settings)
+        assert summary.line() == f"{len(names)} written, 0 skipped, 0 failed"
+        assert summary.device == "cpu"
+        outputs[budget] = {n: (out / f"{n}.png").read_bytes() for n in names}
+    assert outputs[0] == outputs[1 << 30]
+    for name in names:
+        assert_gray_matches(decode_bytes(outputs[0][name]), SAMPLES / name)
+
+
+def test_pipeline_keeps_few_items_in_flight(tmp_path):
+    from imgops.pipeline import GrayJob, PipelineSettings, run_gray
+
+    pulled, finished, ahead = [0], [0], []
+
+    def jobs():
+        for index in range(24):
+            pulled[0] += 1
+            yield GrayJob(SAMPLES / "camera_gray.png", tmp_path / f"{index}.png", str(index))
+
+    def on_result(result):
+        finished[0] += 1
+        ahead.append(pulled[0] - finished[0])
+
+    summary = run_gray(jobs(), PipelineSettings(device="cpu", jobs=2), on_result=on_result)
+    assert summary.written == 24
+    assert max(ahead) <= 2 + 2  # jobs + 2
+
+
+def test_pipeline_reports_each_failure_and_stage_times(tmp_path):
+    from imgops.pipeline import STAGES, GrayJob, PipelineSettings, run_gray
+
+    (tmp_path / "bad.png").write_bytes(b"\x89PNG\r\n\x1a\n")
+    jobs = [
+        GrayJob(SAMPLES / "coffee_rgb.png", tmp_path / "a.png", "coffee"),
+        GrayJob(tmp_path / "bad.png", tmp_path / "b.png", "bad"),
+        GrayJob(tmp_path, tmp_path / "c.png", "a folder"),
+    ]
+    seen = []
+    summary = run_gray(jobs, PipelineSettings(device="cpu"), on_result=seen.append)
+    assert sorted(r.job.label for r in seen) == ["a folder", "bad", "coffee"]
+    assert {r.job.label: r.reason for r in summary.failures} == {
+        "a folder": "is a directory",
+        "bad": "truncated PNG: the file ends before any image data (8 bytes)",
+    }
+    stats = summary.as_dict()
+    assert (stats["written"], stats["failed"]) == (1, 2)
+    assert set(stats["stage_seconds"]) == set(STAGES)
+    assert stats["stage_seconds"]["encode"] > 0
+
+
+def test_stats_json(work):
+    import json
+
+    result = invoke(str(work / "coffee_rgb.png"), "--stats-json", str(work / "s.json"), "-j", "1")
+    assert result.exit_code == 0, result.stderr
+    stats = json.loads((work / "s.json").read_text())
+    assert stats["written"] == 1 and stats["jobs"] == 1 and stats["png_level"] == 2
+    assert stats["stage_seconds"]["decode"] > 0
+
+
 # ------------------------------------------------------------------------- start-up and help
 
 

@@ -23,6 +23,7 @@ from imgops.io.images import (
     DEFAULT_PNG_LEVEL,
     FORMAT_EXTENSIONS,
     MAX_PIXELS_ENV,
+    PNG_ENCODERS,
     ImageDecodeError,
     ImageEncodeError,
     decode_image,
@@ -247,25 +248,49 @@ def test_dimensions_unknown_for_unknown_data():
 # ------------------------------------------------------------------------------ encoding
 
 
-def test_png_level_1_is_byte_identical_to_opencv_defaults():
+def test_opencv_png_level_1_is_byte_identical_to_opencv_defaults():
     gray = cv2.imread(str(SAMPLES / "coffee_rgb.png"), cv2.IMREAD_GRAYSCALE)
-    assert DEFAULT_PNG_LEVEL == 1
-    assert encode_image(gray, "png") == cv2.imencode(".png", gray)[1].tobytes()
+    ours = encode_image(gray, "png", png_level=1, png_encoder="opencv")
+    assert ours == cv2.imencode(".png", gray)[1].tobytes()
 
 
+@pytest.mark.parametrize("encoder", PNG_ENCODERS)
 @pytest.mark.parametrize("level", range(10))
-def test_every_png_level_round_trips_exactly(level):
+def test_every_png_level_round_trips_exactly(level, encoder):
     gray = cv2.imread(str(SAMPLES / "rocket_baseline_rgb.jpg"), cv2.IMREAD_GRAYSCALE)
-    data = encode_image(gray, "png", png_level=level)
+    data = encode_image(gray, "png", png_level=level, png_encoder=encoder)
     np.testing.assert_array_equal(decode_bytes(data), gray)
     with Image.open(io.BytesIO(data)) as pil:  # a standard PNG another reader opens
         np.testing.assert_array_equal(np.asarray(pil), gray)
 
 
-def test_png_level_0_is_larger_and_level_2_smaller_than_the_default():
+@pytest.mark.parametrize("encoder", PNG_ENCODERS)
+def test_png_level_0_is_largest_and_level_2_smaller_than_level_1(encoder):
     gray = cv2.imread(str(SAMPLES / "rocket_baseline_rgb.jpg"), cv2.IMREAD_GRAYSCALE)
-    sizes = {level: len(encode_image(gray, "png", png_level=level)) for level in (0, 1, 2)}
+    sizes = [len(encode_image(gray, "png", png_level=n, png_encoder=encoder)) for n in (0, 1, 2)]
     assert sizes[0] > sizes[1] > sizes[2]
+
+
+@pytest.mark.parametrize(
+    "name", ["flower_rgb_3mp.png", "rocket_baseline_rgb.jpg", "coffee_rgb.png", "room_rgb16.png"]
+)
+def test_default_png_is_no_larger_than_opencvs_default(name):
+    """The batch goal of issue 4: gray outputs no larger than OpenCV's default PNG."""
+    bgr = cv2.imread(str(SAMPLES / name), cv2.IMREAD_UNCHANGED).astype(np.int64)
+    gray = ((299 * bgr[..., 2] + 587 * bgr[..., 1] + 114 * bgr[..., 0] + 500) // 1000).astype(
+        np.uint16 if name == "room_rgb16.png" else np.uint8
+    )
+    ours = encode_image(gray, "png")
+    assert DEFAULT_PNG_LEVEL == 2
+    assert len(ours) <= len(cv2.imencode(".png", gray)[1])
+    np.testing.assert_array_equal(decode_bytes(ours), gray)
+
+
+@pytest.mark.parametrize("encoder", PNG_ENCODERS)
+def test_colour_png_keeps_the_channel_order(encoder):
+    bgr = cv2.imread(str(SAMPLES / "coffee_rgb.png"))
+    data = encode_image(bgr, "png", png_encoder=encoder)
+    np.testing.assert_array_equal(decode_bytes(data), bgr)
 
 
 @pytest.mark.parametrize("fmt", ["png", "tif", "bmp", "webp"])
@@ -302,6 +327,8 @@ def test_encode_rejects_bad_arguments():
         encode_image(np.zeros((4, 4), np.uint8), "gif")
     with pytest.raises(ImageEncodeError, match="0..9"):
         encode_image(np.zeros((4, 4), np.uint8), "png", png_level=10)
+    with pytest.raises(ImageEncodeError, match="unknown PNG encoder"):
+        encode_image(np.zeros((4, 4), np.uint8), "png", png_encoder="pillow")
     with pytest.raises(ImageEncodeError, match="float32"):
         encode_image(np.zeros((4, 4), np.float32), "png")
     with pytest.raises(ImageEncodeError, match="shape"):

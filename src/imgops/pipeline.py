@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,7 +32,8 @@ from .io.images import (
 
 __all__ = ["GrayConverter", "GrayJob", "JobResult", "PipelineSettings", "Summary", "run_gray"]
 
-STAGES = ("read", "decode", "convert", "encode", "write")
+#: Stages timed per file; "start" is time a file waited for the device stage to start.
+STAGES = ("read", "decode", "start", "convert", "encode", "write")
 
 
 @dataclass(frozen=True)
@@ -76,6 +77,11 @@ class PipelineSettings:
     durable: bool = True
     max_pixels: int | None = None
     stdout: IO[bytes] | None = None
+    #: Bytes of decoded images that may wait while torch/CUDA start (the threads keep decoding).
+    startup_buffer_bytes: int = 256 << 20
+    #: torch's intra-op threads for the CPU kernel; None: 1 when several workers run (they
+    #: already fill the cores; nested parallelism only contends), else torch's default.
+    torch_threads: int | None = None
 
 
 @dataclass
@@ -102,6 +108,17 @@ class Summary:
         for stage, seconds in result.seconds.items():
             self.stage_seconds[stage] = self.stage_seconds.get(stage, 0.0) + seconds
 
+    def as_dict(self) -> dict[str, Any]:
+        """Counts, device, wall and per-stage seconds, JSON-ready (for --stats-json and bench)."""
+        return {
+            "written": self.written,
+            "skipped": self.skipped,
+            "failed": self.failed,
+            "device": self.device,
+            "wall_seconds": self.wall_seconds,
+            "stage_seconds": dict(self.stage_seconds),
+        }
+
     def line(self) -> str:
         """The one-line summary: "N written, M skipped, K failed"."""
         return f"{self.written} written, {self.skipped} skipped, {self.failed} failed"
@@ -123,13 +140,15 @@ class GrayConverter:
     calling thread's pinned buffer, valid until that thread's next call.
     """
 
-    def __init__(self, device: str = "auto") -> None:
+    def __init__(self, device: str = "auto", *, torch_threads: int | None = None) -> None:
         import torch
 
         from . import ops
         from .cli_common import resolve_device
 
         self.device = resolve_device(device)
+        if torch_threads is not None and self.device.type == "cpu":
+            torch.set_num_threads(torch_threads)
         self._torch = torch
         self._rgb_to_gray = ops.rgb_to_gray
         self._local = threading.local()
@@ -173,33 +192,52 @@ class GrayConverter:
 
 
 class _ConverterLoader:
-    """Starts the device stage (torch, the extension, CUDA) once, when first needed.
+    """Starts the device stage (torch, the extension, CUDA) once, in the background, when needed.
 
     Batches of gray images, skipped or failed files never pay for importing torch.
     """
 
-    def __init__(self, device: str) -> None:
+    def __init__(self, device: str, torch_threads: int | None) -> None:
         self._device = device
+        self._torch_threads = torch_threads
         self._lock = threading.Lock()
-        self._converter: GrayConverter | None = None
-        self._error: BaseException | None = None
+        self.future: Future[GrayConverter] | None = None
+
+    def start(self) -> Future[GrayConverter]:
+        """Starts loading (once) in a background thread; the future holds the converter."""
+        with self._lock:
+            if self.future is None:
+                self.future = Future()
+                threading.Thread(target=self._load, name="imgops-device-start").start()
+            return self.future
+
+    def _load(self) -> None:
+        assert self.future is not None
+        try:
+            converter = GrayConverter(self._device, torch_threads=self._torch_threads)
+        except BaseException as error:  # reported once by run_gray
+            self.future.set_exception(error)
+        else:
+            self.future.set_result(converter)
+
+    def ready(self) -> GrayConverter | None:
+        """The converter if it has started, else None (starting it if nobody has)."""
+        future = self.start()
+        return self.get() if future.done() else None
 
     def get(self) -> GrayConverter:
-        """The converter, started by the first caller; raises _FatalError if it cannot start."""
-        with self._lock:
-            if self._converter is None and self._error is None:
-                try:
-                    self._converter = GrayConverter(self._device)
-                except BaseException as error:  # reported once by run_gray
-                    self._error = error
-        if self._error is not None:
-            raise _FatalError(self._error)
-        assert self._converter is not None
-        return self._converter
+        """The converter, waiting for it to start; raises _FatalError if it cannot start."""
+        try:
+            return self.start().result()
+        except BaseException as error:
+            raise _FatalError(error) from error
 
     def loaded(self) -> GrayConverter | None:
-        """The converter if it was started, else None."""
-        return self._converter
+        """The converter if it started successfully, else None (never starts it)."""
+        future = self.future
+        if future is not None and future.done() and future.exception() is None:
+            return future.result()
+        return None
 
 
 class _FatalError(Exception):
@@ -210,64 +248,117 @@ class _FatalError(Exception):
         self.cause = cause
 
 
+@dataclass
+class _Parked:
+    """A decoded colour image waiting for the device stage to finish starting."""
+
+    result: JobResult
+    image: DecodedImage
+
+
+class _ParkingBudget:
+    """Bytes of decoded images that may wait for the device stage (thread-safe)."""
+
+    def __init__(self, limit: int) -> None:
+        self._left = limit
+        self._lock = threading.Lock()
+
+    def take(self, nbytes: int) -> bool:
+        """Reserves `nbytes` if they fit."""
+        with self._lock:
+            if nbytes > self._left:
+                return False
+            self._left -= nbytes
+            return True
+
+    def give(self, nbytes: int) -> None:
+        """Returns bytes reserved by take."""
+        with self._lock:
+            self._left += nbytes
+
+
 class _Worker:
-    """Carries one job through read -> decode -> convert -> encode -> write."""
+    """Carries one job through read -> decode -> convert -> encode -> write.
+
+    While the device stage starts, decoded colour images are parked (up to a byte budget) so
+    the threads keep decoding instead of waiting; `resume` finishes a parked image.
+    """
 
     def __init__(self, settings: PipelineSettings, loader: _ConverterLoader) -> None:
         self.settings = settings
         self.loader = loader
+        self.parking = _ParkingBudget(settings.startup_buffer_bytes)
         self.stop = threading.Event()
         self._stdout_lock = threading.Lock()
 
-    def __call__(self, job: GrayJob) -> JobResult:
-        if self.stop.is_set():
-            return JobResult(job, "failed", "cancelled")
+    def __call__(self, job: GrayJob) -> JobResult | _Parked:
         result = JobResult(job, "written")
-        settings = self.settings
-        target = job.target
+        if self.stop.is_set():
+            return self._failed(result, "cancelled")
+        settings, target = self.settings, job.target
         if target is not None and target.exists():
             if settings.skip_existing:
                 result.status = "skipped"
                 return result
             if not settings.overwrite:
                 return self._failed(result, f"output {target} exists (use --overwrite)")
+        return self._guard(result, self._front)
+
+    def resume(self, parked: _Parked) -> JobResult:
+        """Converts, encodes and writes a parked image."""
+        self.parking.give(parked.image.pixels.nbytes)
+        result = self._guard(parked.result, lambda r: self._back(r, parked.image))
+        assert isinstance(result, JobResult)
+        return result
+
+    def _guard(self, result: JobResult, step) -> JobResult | _Parked:
+        """Runs a step; any error of this file becomes a failed result, never an exception."""
         try:
-            self._run(job, result)
+            return step(result) or result
         except _FatalError:
             raise
         except (ImageDecodeError, ImageEncodeError) as error:
-            self._failed(result, str(error))
+            return self._failed(result, str(error))
         except OutputExistsError:
-            self._failed(result, f"output {target} exists (use --overwrite)")
+            return self._failed(result, f"output {result.job.target} exists (use --overwrite)")
         except OSError as error:
-            self._failed(result, _describe_os_error(error, job), error)
+            return self._failed(result, _describe_os_error(error, result.job), error)
         except Exception as error:  # one bad file must never stop the batch
-            self._failed(result, f"{type(error).__name__}: {error}", error)
-        return result
+            return self._failed(result, f"{type(error).__name__}: {error}", error)
 
     @staticmethod
     def _failed(result: JobResult, reason: str, error: BaseException | None = None) -> JobResult:
         result.status, result.reason, result.error = "failed", reason, error
         return result
 
-    def _run(self, job: GrayJob, result: JobResult) -> None:
-        settings, seconds = self.settings, result.seconds
+    def _front(self, result: JobResult) -> JobResult | _Parked | None:
+        job, seconds = result.job, result.seconds
         start = time.perf_counter()
         data = job.data if job.data is not None else _read_bytes(job.source)
         now = time.perf_counter()
         seconds["read"], start = now - start, now
-        image = decode_image(data, max_pixels=settings.max_pixels)
+        image = decode_image(data, max_pixels=self.settings.max_pixels)
         del data
         result.shape, result.dtype = image.pixels.shape, str(image.pixels.dtype)
-        now = time.perf_counter()
-        seconds["decode"], start = now - start, now
+        seconds["decode"] = time.perf_counter() - start
+        if not image.is_gray and self.loader.ready() is None:
+            if self.parking.take(image.pixels.nbytes):
+                return _Parked(result, image)
+            start = time.perf_counter()
+            self.loader.get()  # the budget is full: wait for the device stage
+            seconds["start"] = time.perf_counter() - start
+        return self._back(result, image)
+
+    def _back(self, result: JobResult, image: DecodedImage) -> None:
+        settings, seconds = self.settings, result.seconds
+        start = time.perf_counter()
         gray = image.pixels if image.is_gray else self.loader.get().convert(image)
         now = time.perf_counter()
         seconds["convert"], start = now - start, now
         encoded = encode_image(gray, settings.fmt, png_level=settings.png_level)
         now = time.perf_counter()
         seconds["encode"], start = now - start, now
-        self._write(job.target, encoded)
+        self._write(result.job.target, encoded)
         result.bytes_written = len(encoded)
         seconds["write"] = time.perf_counter() - start
 
@@ -334,7 +425,8 @@ def run_gray(
     """
     started = time.perf_counter()
     workers = settings.jobs or default_jobs()
-    loader = _ConverterLoader(settings.device)
+    torch_threads = settings.torch_threads or (1 if workers > 1 else None)
+    loader = _ConverterLoader(settings.device, torch_threads)
     if settings.device not in ("auto", "cpu"):
         try:
             loader.get()  # a device the user asked for must work before any file is touched
@@ -342,27 +434,9 @@ def run_gray(
             raise error.cause from None
     worker = _Worker(settings, loader)
     summary = Summary()
-    window = workers + 2
-    pending: set[Future[JobResult]] = set()
-    source = iter(jobs)
-    exhausted = False
     pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="imgops-gray")
     try:
-        while True:
-            while not exhausted and len(pending) < window:
-                job = next(source, None)
-                if job is None:
-                    exhausted = True
-                else:
-                    pending.add(pool.submit(worker, job))
-            if not pending:
-                break
-            done, pending = wait(pending, return_when=FIRST_COMPLETED)
-            for future in done:
-                result = future.result()
-                summary.add(result)
-                if on_result is not None:
-                    on_result(result)
+        _drive(iter(jobs), pool, worker, workers + 2, summary, on_result)
     except _FatalError as error:
         worker.stop.set()
         pool.shutdown(wait=True, cancel_futures=True)
@@ -376,3 +450,46 @@ def run_gray(
     summary.device = str(converter.device) if converter is not None else None
     summary.wall_seconds = time.perf_counter() - started
     return summary
+
+
+def _drive(
+    source: Iterator[GrayJob],
+    pool: ThreadPoolExecutor,
+    worker: _Worker,
+    window: int,
+    summary: Summary,
+    on_result: Callable[[JobResult], None] | None,
+) -> None:
+    """Keeps `window` jobs in flight, collects results, resumes parked images once possible."""
+    pending: set[Future[Any]] = set()
+    parked: list[_Parked] = []
+    exhausted = False
+    while True:
+        while not exhausted and len(pending) < window:
+            job = next(source, None)
+            if job is None:
+                exhausted = True
+            else:
+                pending.add(pool.submit(worker, job))
+        started = worker.loader.future
+        if parked and started is not None and started.done():
+            worker.loader.get()  # raises _FatalError if the device stage failed
+            pending.update(pool.submit(worker.resume, item) for item in parked)
+            parked.clear()
+        if not pending and not parked:
+            return
+        waiting = set(pending)
+        if parked and started is not None:
+            waiting.add(started)  # wake up when the device stage is ready
+        done, _ = wait(waiting, return_when=FIRST_COMPLETED)
+        for future in done:
+            if future is started:
+                continue
+            pending.discard(future)
+            outcome = future.result()
+            if isinstance(outcome, _Parked):
+                parked.append(outcome)
+                continue
+            summary.add(outcome)
+            if on_result is not None:
+                on_result(outcome)

@@ -23,7 +23,7 @@ from ..cli_common import (
 )
 
 FORMATS = ("png", "tif", "jpg", "bmp", "webp")
-DEFAULT_PNG_LEVEL = 1  # the same as imgops.io.images.DEFAULT_PNG_LEVEL (checked by the tests)
+DEFAULT_PNG_LEVEL = 2  # the same as imgops.io.images.DEFAULT_PNG_LEVEL (checked by the tests)
 _EXTENSIONS = {"png": ".png", "tif": ".tif", "jpg": ".jpg", "bmp": ".bmp", "webp": ".webp"}
 _SUFFIX_FORMATS = {
     ".png": "png",
@@ -239,7 +239,8 @@ def _report(reporter: Reporter, result) -> None:
 @click.option(
     "--png-level",
     type=click.IntRange(0, 9),
-    help=f"PNG compression: 0 none (fastest), 1 fast, 2 smaller, 3-9 zlib (slow)  "
+    help=f"PNG compression: 0 none (fastest, largest), 1 fast, 2 small and fast, 3-9 zlib "
+    "(slower; for drawings)  "
     f"[default: {DEFAULT_PNG_LEVEL}]",
 )
 @click.option(
@@ -247,6 +248,12 @@ def _report(reporter: Reporter, result) -> None:
     "--jobs",
     type=click.IntRange(min=1),
     help="Worker threads for decoding and encoding  [default: CPU count]",
+)
+@click.option(
+    "--stats-json",
+    type=click.Path(dir_okay=False, path_type=Path),
+    metavar="FILE",
+    help="Write counts, device and seconds per stage as JSON to FILE (for benchmarks).",
 )
 @device_option
 @overwrite_option
@@ -264,6 +271,7 @@ def gray(
     fmt: str | None,
     png_level: int | None,
     jobs: int | None,
+    stats_json: Path | None,
     device: str,
     overwrite: bool,
     skip_existing: bool,
@@ -315,7 +323,7 @@ def gray(
         return
 
     from ..io.images import quiet_opencv
-    from ..pipeline import PipelineSettings, run_gray
+    from ..pipeline import PipelineSettings, default_jobs, run_gray
 
     if not verbose:
         quiet_opencv()
@@ -328,7 +336,7 @@ def gray(
             Path(parent).mkdir(parents=True, exist_ok=True)
     settings = PipelineSettings(
         device=device,
-        jobs=jobs,
+        jobs=jobs or default_jobs(),
         fmt=fmt,
         png_level=DEFAULT_PNG_LEVEL if png_level is None else png_level,
         overwrite=overwrite,
@@ -345,9 +353,16 @@ def gray(
 
         summary = run_gray(job_list, settings, on_result=on_result)
     if summary.device is not None:
-        reporter.detail(f"device: {summary.device}, {settings.jobs or 'all CPU'} worker threads")
+        reporter.detail(f"device: {summary.device}, {settings.jobs} worker threads")
     stages = ", ".join(f"{k} {v:.2f}s" for k, v in summary.stage_seconds.items())
     reporter.detail(f"wall {summary.wall_seconds:.2f}s; stage totals: {stages}")
+    if stats_json is not None:
+        import json
+
+        stats = dict(
+            summary.as_dict(), jobs=settings.jobs, format=fmt, png_level=settings.png_level
+        )
+        stats_json.write_text(json.dumps(stats, indent=2) + "\n", encoding="utf-8")
     reporter.info(summary.line())
     if summary.failed:
         ctx.exit(1)
