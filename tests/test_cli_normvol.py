@@ -236,3 +236,33 @@ def test_real_process_exit_codes_and_streams(stacks: Path):
     )
     assert missing.returncode == 1 and "nope.tif: no such file" in missing.stderr
     assert "Traceback" not in missing.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("signum", [2, 15], ids=["SIGINT", "SIGTERM"])
+def test_a_signal_mid_stack_leaves_no_file(tmp_path: Path, signum: int):
+    import signal
+    import time
+
+    depth, side = 400, 512
+    slices = tifffile.imread(SAMPLES / DWI)
+    with tifffile.TiffWriter(tmp_path / "big.tif") as writer:
+        writer.write(
+            (np.resize(slices[z % len(slices)], (side, side)) for z in range(depth)),
+            shape=(depth, side, side),
+            dtype="uint16",
+            photometric="minisblack",
+        )
+    command = [sys.executable, "-m", "imgops.cli", "normvol", str(tmp_path / "big.tif")]
+    process = subprocess.Popen(
+        [*command, "--max", "4095", "--chunk-mb", "1"], stderr=subprocess.PIPE, text=True
+    )
+    deadline = time.monotonic() + 60
+    while not leftovers(tmp_path) and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert leftovers(tmp_path), "normvol finished before it could be interrupted"
+    time.sleep(0.2)
+    process.send_signal(signal.Signals(signum))
+    _, stderr = process.communicate(timeout=60)
+    assert process.returncode == 128 + signum, stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["big.tif"]
