@@ -9,10 +9,11 @@ RGB, more than one axis beyond Y and X, pages of different shapes) is a `FileErr
 Reading never loads the whole stack: `VolumeReader.read_into(start, out)` fills a caller-owned
 buffer with whole slices. Uncompressed contiguous data is read with positional reads straight
 into that buffer (one copy from the page cache, like a memory map, but the pages read do not stay
-resident and count against the process as a map's would); everything else is decoded page by
-page by tifffile into the buffer.
+resident in the process: a map's touched pages count in its RSS, which then grows with the
+file until the kernel reclaims them); everything else is decoded by tifffile a chunk of
+pages at a time, in parallel threads, straight into the buffer.
 
-Writing streams pages: `write_volume(target, pages, meta, ...)` hands tifffile a page iterator, so
+Writing streams pages: `write_volume(target, pages, info, dtype)` hands tifffile a page iterator, so
 only the page being written is needed, and picks BigTIFF when the output can pass 4 GB.
 """
 
@@ -52,6 +53,8 @@ _PAGE_OVERHEAD_BYTES = 4096
 # Axes a single leading (slice) axis may carry: tifffile names it Z, T, C, I or Q (unknown).
 _SLICE_AXES = "ZTCIQRHEVLP"
 _BUILTIN_CODECS = {"NONE", "ADOBE_DEFLATE", "DEFLATE", "PACKBITS"}
+# Threads tifffile may use to decode the pages of one chunk.
+_DECODE_WORKERS = max(1, min(8, (os.cpu_count() or 1)))
 
 
 @dataclass(frozen=True)
@@ -301,12 +304,10 @@ class VolumeReader:
             out.byteswap(inplace=True)
 
     def _read_pages(self, start: int, out: np.ndarray) -> None:
-        pages = self._series.pages
-        for i in range(out.shape[0]):
-            page = pages[start + i]
-            if page is None:
-                raise FileError(self.path, f"page {start + i} is missing")
-            out[i] = page.asarray().reshape(out.shape[1:])
+        """tifffile decodes the pages (in parallel threads; zlib and friends release the GIL)."""
+        self._tif.asarray(
+            key=range(start, start + out.shape[0]), series=0, out=out, maxworkers=_DECODE_WORKERS
+        )
 
 
 def _native_byteorder() -> str:
