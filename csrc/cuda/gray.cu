@@ -30,21 +30,37 @@ __device__ __forceinline__ T gray_pixel(T c0, T c1, T c2) {
   }
 }
 
-// One group = 16 / sizeof(T) pixels: 48 bytes in, 16 bytes out.
+// One group = 16 / sizeof(T) pixels: 48 bytes in, 16 bytes out. Each thread keeps kUnroll
+// groups in flight (all loads issued before the first store); each load is coalesced across
+// the warp because group g + k * total goes to the same lane in every round.
 template <typename T, bool kBgr>
 __global__ void gray_vector_kernel(const T* __restrict__ in, T* __restrict__ out,
                                    int64_t groups) {
   constexpr int kPixels = 16 / sizeof(T);
-  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  for (int64_t g = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; g < groups;
-       g += stride) {
-    const Vec<T, 3 * kPixels> px = load_vec<T, 3 * kPixels>(in + g * 3 * kPixels);
-    Vec<T, kPixels> y;
+  constexpr int kUnroll = 2;
+  const int64_t total = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t g0 = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; g0 < groups;
+       g0 += total * kUnroll) {
+    Vec<T, 3 * kPixels> px[kUnroll];
 #pragma unroll
-    for (int i = 0; i < kPixels; ++i) {
-      y.v[i] = gray_pixel<T, kBgr>(px.v[3 * i], px.v[3 * i + 1], px.v[3 * i + 2]);
+    for (int k = 0; k < kUnroll; ++k) {
+      const int64_t g = g0 + k * total;
+      if (g < groups) {
+        px[k] = load_vec<T, 3 * kPixels>(in + g * 3 * kPixels);
+      }
     }
-    store_vec<T, kPixels>(out + g * kPixels, y);
+#pragma unroll
+    for (int k = 0; k < kUnroll; ++k) {
+      const int64_t g = g0 + k * total;
+      if (g < groups) {
+        Vec<T, kPixels> y;
+#pragma unroll
+        for (int i = 0; i < kPixels; ++i) {
+          y.v[i] = gray_pixel<T, kBgr>(px[k].v[3 * i], px[k].v[3 * i + 1], px[k].v[3 * i + 2]);
+        }
+        store_vec<T, kPixels>(out + g * kPixels, y);
+      }
+    }
   }
 }
 

@@ -24,20 +24,35 @@ __device__ __forceinline__ Out normalize_one(In x, const NormalizeParams& p) {
                                                static_cast<Acc>(p.range), p.clip));
 }
 
+// Each thread keeps kUnroll 16-byte input loads in flight before converting and storing.
 template <typename In, typename Out>
 __global__ void normalize_vector_kernel(const In* __restrict__ in, Out* __restrict__ out,
                                         int64_t groups, NormalizeParams p) {
   constexpr int kValues = 16 / sizeof(In);
-  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  for (int64_t g = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; g < groups;
-       g += stride) {
-    const Vec<In, kValues> x = load_vec<In, kValues>(in + g * kValues);
-    Vec<Out, kValues> y;
+  constexpr int kUnroll = 4;
+  const int64_t total = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t g0 = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; g0 < groups;
+       g0 += total * kUnroll) {
+    Vec<In, kValues> x[kUnroll];
 #pragma unroll
-    for (int i = 0; i < kValues; ++i) {
-      y.v[i] = normalize_one<In, Out>(x.v[i], p);
+    for (int k = 0; k < kUnroll; ++k) {
+      const int64_t g = g0 + k * total;
+      if (g < groups) {
+        x[k] = load_vec<In, kValues>(in + g * kValues);
+      }
     }
-    store_vec<Out, kValues>(out + g * kValues, y);
+#pragma unroll
+    for (int k = 0; k < kUnroll; ++k) {
+      const int64_t g = g0 + k * total;
+      if (g < groups) {
+        Vec<Out, kValues> y;
+#pragma unroll
+        for (int i = 0; i < kValues; ++i) {
+          y.v[i] = normalize_one<In, Out>(x[k].v[i], p);
+        }
+        store_vec<Out, kValues>(out + g * kValues, y);
+      }
+    }
   }
 }
 

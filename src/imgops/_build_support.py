@@ -99,7 +99,7 @@ def plan_cuda(torch_cuda_version: str | None) -> CudaPlan:
 
 def source_files(csrc: Path, with_cuda: bool) -> list[str]:
     """The extension's sources under `csrc`, sorted; .cu files only when `with_cuda`."""
-    files = [csrc / "ops.cpp", *sorted((csrc / "cpu").glob("*.cpp"))]
+    files = [csrc / "ops.cpp", csrc / "checks.cpp", *sorted((csrc / "cpu").glob("*.cpp"))]
     if with_cuda:
         files += sorted((csrc / "cuda").glob("*.cu"))
     return [str(f) for f in files]
