@@ -32,7 +32,9 @@ if wants build; then
   $PY -c 'import imgops; i = imgops.build_info(); print("cuda_kernels", i["cuda_kernels"], i["mode"], i["archs"], i["devices"])' | tee -a "$SUMMARY"
 fi
 if wants tests; then
-  run_stage tests $PY -m pytest -q -rs -p no:cacheprovider --junitxml="$OUT/junit.xml" $TESTS
+  # Worker processes (pytest-xdist, if present) so that a crash fails one test, not the run.
+  XDIST=$($PY -c "import xdist" 2>/dev/null && echo "-n 4")
+  run_stage tests $PY -m pytest -q -rs -p no:cacheprovider $XDIST --junitxml="$OUT/junit.xml" $TESTS
   grep -E "passed|failed" "$OUT/tests.log" | tail -n 3 >>"$SUMMARY"
   grep -E "^(FAILED|ERROR)" "$OUT/tests.log" | head -n 30 | tee -a "$SUMMARY"
 fi
@@ -53,8 +55,8 @@ if wants cli; then
   run_stage cli bash scripts/cli_cpu_vs_cuda.sh "$OUT"
 fi
 if wants bench; then
-  run_stage bench $PY -m imgops.cli bench --device cuda --json-out "$OUT/bench.json"
-  cat "$OUT/bench.log" | tail -n 40
+  run_stage bench $PY -m imgops.cli bench --device cuda
+  tail -n 40 "$OUT/bench.log"
 fi
 if wants volume && [ -f benchmarks/volume_bench.py ]; then
   run_stage volume $PY benchmarks/volume_bench.py --size-gb "${VOLUME_GB:-16}" --device cuda --workdir /tmp/imgops-vol
