@@ -265,10 +265,12 @@ def test_every_png_level_round_trips_exactly(level, encoder):
 
 
 @pytest.mark.parametrize("encoder", PNG_ENCODERS)
-def test_png_level_0_is_largest_and_level_2_smaller_than_level_1(encoder):
+def test_png_level_0_is_largest_and_level_2_no_larger_than_level_1(encoder):
+    """(imgops' level 1 is level 2 when the isal package is missing: equal sizes then.)"""
     gray = cv2.imread(str(SAMPLES / "rocket_baseline_rgb.jpg"), cv2.IMREAD_GRAYSCALE)
     sizes = [len(encode_image(gray, "png", png_level=n, png_encoder=encoder)) for n in (0, 1, 2)]
-    assert sizes[0] > sizes[1] > sizes[2]
+    assert sizes[0] > sizes[1] >= sizes[2]
+    assert sizes[1] > sizes[2] or encoder == "imgops"
 
 
 @pytest.mark.parametrize(

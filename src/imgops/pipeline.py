@@ -135,9 +135,9 @@ def default_jobs() -> int:
 class GrayConverter:
     """The device stage: imgops.ops.rgb_to_gray(..., channel_order="bgr") on one device.
 
-    Safe to call from many threads. On CUDA each thread has its own stream and pinned host
-    buffers, and copies are non-blocking; the array returned by `convert` may live in the
-    calling thread's pinned buffer, valid until that thread's next call.
+    Safe to call from many threads. On CUDA each thread has its own stream, the host side of
+    the copies is pinned memory from torch's caching host allocator, and copies are
+    non-blocking; the returned array may be a view of pinned memory.
     """
 
     def __init__(self, device: str = "auto", *, torch_threads: int | None = None) -> None:
@@ -164,31 +164,23 @@ class GrayConverter:
         tensor = self._torch.from_numpy(image.pixels)  # shares memory: no copy
         return self._rgb_to_gray(tensor, channel_order=image.channel_order or "bgr").numpy()
 
-    def _pinned(self, name: str, nbytes: int) -> Any:
-        torch = self._torch
-        buffer = getattr(self._local, name, None)
-        if buffer is None or buffer.numel() < nbytes:
-            capacity = max(nbytes, int(buffer.numel() * 1.5) if buffer is not None else 0)
-            buffer = torch.empty(capacity, dtype=torch.uint8, pin_memory=True)
-            setattr(self._local, name, buffer)
-        return buffer[:nbytes]
-
     def _convert_cuda(self, pixels: np.ndarray, channel_order: str) -> np.ndarray:
         torch = self._torch
         stream = getattr(self._local, "stream", None)
         if stream is None:
             stream = self._local.stream = torch.cuda.Stream(self.device)
         dtype = torch.from_numpy(pixels[:0, :0]).dtype
-        host_in = self._pinned("host_in", pixels.nbytes).view(dtype).view(pixels.shape)
+        # Pinned buffers from torch's caching host allocator: reused once the copies that used
+        # them have finished, so steady state allocates nothing.
+        host_in = torch.empty(pixels.shape, dtype=dtype, pin_memory=True)
         host_in.numpy()[...] = pixels
-        out_shape = pixels.shape[:2]
-        host_out = self._pinned("host_out", pixels.nbytes // 3).view(dtype).view(out_shape)
+        host_out = torch.empty(pixels.shape[:2], dtype=dtype, pin_memory=True)
         with torch.cuda.stream(stream):
             device_in = host_in.to(self.device, non_blocking=True)
             device_out = self._rgb_to_gray(device_in, channel_order=channel_order)
             host_out.copy_(device_out, non_blocking=True)
         stream.synchronize()
-        return host_out.numpy()
+        return host_out.numpy()  # keeps host_out alive until the encoder is done with it
 
 
 class _ConverterLoader:
