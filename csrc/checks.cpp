@@ -1,7 +1,9 @@
 // Argument checks shared by the CPU and CUDA kernels (declared in checks.h).
 #include "checks.h"
 
+#include <cinttypes>
 #include <cmath>
+#include <cstdio>
 #include <string>
 
 namespace imgops {
@@ -21,6 +23,23 @@ bool is_normalized_dtype(at::ScalarType t) {
   return t == at::kFloat || t == at::kHalf || t == at::kBFloat16 || t == at::kDouble;
 }
 
+// Numbers in messages are formatted here, not streamed: on the GPU machine (torch 2.11, g++ 13)
+// a TORCH_CHECK message that streamed a double or an IntArrayRef crashed the process while
+// strings and dtypes did not (root cause not established), so messages carry only strings.
+std::string number_text(double value) {
+  char buffer[32];
+  std::snprintf(buffer, sizeof(buffer), "%.15g", value);
+  return buffer;
+}
+
+std::string shape_text(c10::IntArrayRef sizes) {
+  std::string text = "(";
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    text += (i ? ", " : "") + std::to_string(sizes[i]);
+  }
+  return text + (sizes.size() == 1 ? ",)" : ")");
+}
+
 }  // namespace
 
 // "rgb" -> false, "bgr" -> true; anything else is an error.
@@ -38,7 +57,7 @@ bool parse_channel_order(c10::string_view order) {
 void check_rgb_image(const at::Tensor& image) {
   TORCH_CHECK_VALUE(image.dim() >= 3 && image.size(-1) == 3,
                     "rgb_to_gray: expected an image of shape (..., H, W, 3), got shape ",
-                    image.sizes());
+                    shape_text(image.sizes()));
   TORCH_CHECK_TYPE(is_gray_dtype(image.scalar_type()),
                    "rgb_to_gray: expected dtype uint8, uint16, float32, float16, bfloat16 or "
                    "float64, got ",
@@ -55,15 +74,18 @@ std::vector<int64_t> gray_output_shape(const at::Tensor& image) {
 at::ScalarType check_volume_args(const at::Tensor& volume, double max, double min,
                                  std::optional<at::ScalarType> dtype) {
   TORCH_CHECK_TYPE(is_volume_dtype(volume.scalar_type()),
-                   "normalize_volume: expected dtype uint8, uint16, int16, float32 or float64, got ",
+                   "normalize_volume: expected dtype uint8, uint16, int16, float32 or float64, "
+                   "got ",
                    volume.scalar_type());
   TORCH_CHECK_VALUE(std::isfinite(max) && std::isfinite(min),
-                    "normalize_volume: max and min must be finite, got max=", max, " min=", min);
-  TORCH_CHECK_VALUE(max > min, "normalize_volume: max must be greater than min, got max=", max,
-                    " min=", min);
+                    "normalize_volume: max and min must be finite, got max=", number_text(max),
+                    " min=", number_text(min));
+  TORCH_CHECK_VALUE(max > min, "normalize_volume: max must be greater than min, got max=",
+                    number_text(max), " min=", number_text(min));
   const at::ScalarType out = dtype.value_or(at::kFloat);
   TORCH_CHECK_TYPE(is_normalized_dtype(out),
-                   "normalize_volume: dtype must be float32, float16, bfloat16 or float64, got ", out);
+                   "normalize_volume: dtype must be float32, float16, bfloat16 or float64, got ",
+                   out);
   return out;
 }
 
@@ -74,7 +96,7 @@ NormalizeParams make_normalize_params(double max, double min, bool clip,
     const float range32 = static_cast<float>(range);
     TORCH_CHECK_VALUE(range32 > 0.0f && std::isfinite(range32),
                       "normalize_volume: max - min must be a positive finite float32, got ",
-                      range);
+                      number_text(range));
   }
   return {min, range, clip};
 }

@@ -7,9 +7,9 @@ PY=${PYTHON:-python3}
 inputs=(samples/*.jpg samples/*.png)
 for dev in cpu cuda; do
   rm -rf "$out/gray-$dev"; mkdir -p "$out/gray-$dev"
-  t0=$(date +%s.%N)
+  t0=$EPOCHREALTIME
   $PY -m imgops.cli gray "${inputs[@]}" -d "$out/gray-$dev" --device "$dev" -q
-  t1=$(date +%s.%N)
-  echo "gray batch of ${#inputs[@]} sample images on $dev: $(echo "$t1 - $t0" | bc) s (incl. start-up)"
+  t1=$EPOCHREALTIME
+  echo "gray batch of ${#inputs[@]} sample images on $dev: $(awk "BEGIN{printf \"%.2f\", $t1 - $t0}") s (incl. start-up)"
 done
 diff -r "$out/gray-cpu" "$out/gray-cuda" && echo "CPU and CUDA outputs byte-identical ($(ls "$out/gray-cpu" | wc -l) files)"

@@ -2,14 +2,14 @@
 # On the GPU machine, in one call: build imgops for sm_90, run every test (CUDA ones included),
 # compute-sanitizer memcheck and racecheck over the kernels, the CLI on CPU vs CUDA, and timings.
 # Logs go to $OUT (or ./gpu-check-out); a summary is printed last.
-#   bash scripts/gpu-check.sh [stage...]   stages: build tests sanitize timing cli bench volume
+#   bash scripts/gpu-check.sh [stage...]   stages: build tests sanitize timing cli bench pipeline volume
 #   (default: all); TESTS="tests/test_x.py ..." narrows the test stage.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/gpu-check-out}
 mkdir -p "$OUT"
 PY=${PYTHON:-python3}
-STAGES=${*:-build tests sanitize timing cli bench volume}
+STAGES=${*:-build tests sanitize timing cli bench pipeline volume}
 TESTS=${TESTS:-tests}
 SUMMARY="$OUT/summary.txt"
 : >"$SUMMARY"
@@ -57,6 +57,15 @@ fi
 if wants bench; then
   run_stage bench $PY -m imgops.cli bench --device cuda
   tail -n 40 "$OUT/bench.log"
+fi
+if wants pipeline; then  # 20 copies of each sample photo: imgops gray vs the OpenCV pool
+  rm -rf /tmp/imgops-photos && mkdir -p /tmp/imgops-photos
+  for i in $(seq 1 20); do for f in samples/*.jpg samples/*.png; do
+    cp "$f" "/tmp/imgops-photos/$i-$(basename "$f")"; done; done
+  for dev in cuda cpu; do
+    run_stage "pipeline-$dev" $PY -m imgops.cli bench --pipeline /tmp/imgops-photos --reps 1 --gray-device "$dev"
+    tail -n 12 "$OUT/pipeline-$dev.log"
+  done
 fi
 if wants volume && [ -f benchmarks/volume_bench.py ]; then
   run_stage volume $PY benchmarks/volume_bench.py --size-gb "${VOLUME_GB:-16}" --device cuda --workdir /tmp/imgops-vol

@@ -101,9 +101,9 @@ def test_empty_scalar_and_single_voxel(device, shape):
 @pytest.mark.parametrize(
     ("kwargs", "error", "message"),
     [
-        ({"max": 0.0}, ValueError, "greater than min"),
+        ({"max": 0.0}, ValueError, "greater than min, got max=0 min=0"),
         ({"max": 5.0, "min": 5.0}, ValueError, "greater than min"),
-        ({"max": 1.0, "min": 2.0}, ValueError, "greater than min"),
+        ({"max": 1.5, "min": 2.25}, ValueError, "got max=1.5 min=2.25"),
         ({"max": float("nan")}, ValueError, "finite"),
         ({"max": float("inf")}, ValueError, "finite"),
         ({"max": 1.0, "dtype": torch.int32}, TypeError, "dtype must be"),

@@ -62,16 +62,28 @@ __device__ __forceinline__ void store_vec(T* dst, const Vec<T, kCount>& src) {
   }
 }
 
-// Loads kCount values of T with 16-byte loads (kCount * sizeof(T) must be a multiple of 16).
+// Loads kCount values of T with the widest loads their size allows: 16-byte loads for whole
+// multiples of 16 bytes, else one 8-, 4- or 2-byte load (src must be aligned to that width).
 template <typename T, int kCount>
 __device__ __forceinline__ Vec<T, kCount> load_vec(const T* src) {
-  static_assert((sizeof(T) * kCount) % 16 == 0, "load_vec moves whole 16-byte chunks");
+  constexpr int kBytes = sizeof(T) * kCount;
   Vec<T, kCount> out;
-  const uint4* s = reinterpret_cast<const uint4*>(src);
-  uint4* d = reinterpret_cast<uint4*>(&out);
+  if constexpr (kBytes % 16 == 0) {
+    const uint4* s = reinterpret_cast<const uint4*>(src);
+    uint4* d = reinterpret_cast<uint4*>(&out);
 #pragma unroll
-  for (int i = 0; i < (int)(sizeof(T) * kCount / 16); ++i) {
-    d[i] = __ldg(s + i);
+    for (int i = 0; i < kBytes / 16; ++i) {
+      d[i] = __ldg(s + i);
+    }
+  } else if constexpr (kBytes == 8) {
+    *reinterpret_cast<uint2*>(&out) = __ldg(reinterpret_cast<const uint2*>(src));
+  } else if constexpr (kBytes == 4) {
+    *reinterpret_cast<unsigned int*>(&out) = __ldg(reinterpret_cast<const unsigned int*>(src));
+  } else {
+#pragma unroll
+    for (int i = 0; i < kCount; ++i) {
+      out.v[i] = src[i];
+    }
   }
   return out;
 }

@@ -1,6 +1,7 @@
-// normalize_volume on CUDA: each thread reads 16 bytes of input and writes the matching
-// float32/float16/bfloat16 values with 16-byte stores, in a grid-stride loop with 64-bit
-// indices; a scalar kernel takes the tail and unaligned views.
+// normalize_volume on CUDA: each group is as many values as fill 16 bytes of the wider of input
+// and output (4 for uint16 -> float32: an 8-byte load and a 16-byte store), so every warp-wide
+// load and store is fully coalesced; grid-stride loops with 64-bit indices; a scalar kernel
+// takes the tail and unaligned views.
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -24,11 +25,17 @@ __device__ __forceinline__ Out normalize_one(In x, const NormalizeParams& p) {
                                                static_cast<Acc>(p.range), p.clip));
 }
 
-// Each thread keeps kUnroll 16-byte input loads in flight before converting and storing.
+// Values per group: 16 bytes of the wider of the two types.
+template <typename In, typename Out>
+constexpr int group_values() {
+  return 16 / (sizeof(In) > sizeof(Out) ? sizeof(In) : sizeof(Out));
+}
+
+// Each thread keeps kUnroll input loads in flight before converting and storing.
 template <typename In, typename Out>
 __global__ void normalize_vector_kernel(const In* __restrict__ in, Out* __restrict__ out,
                                         int64_t groups, NormalizeParams p) {
-  constexpr int kValues = 16 / sizeof(In);
+  constexpr int kValues = group_values<In, Out>();
   constexpr int kUnroll = 4;
   const int64_t total = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t g0 = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; g0 < groups;
@@ -68,13 +75,13 @@ __global__ void normalize_scalar_kernel(const In* __restrict__ in, Out* __restri
 
 template <typename In, typename Out>
 void launch_normalize(const at::Tensor& in, at::Tensor& out, NormalizeParams p) {
-  constexpr int kValues = 16 / sizeof(In);
-  constexpr int kOutBytes = kValues * sizeof(Out) < 16 ? kValues * sizeof(Out) : 16;
+  constexpr int kValues = group_values<In, Out>();
   const In* src = in.const_data_ptr<In>();
   Out* dst = out.mutable_data_ptr<Out>();
   const int64_t n = in.numel();
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
-  const bool vectorized = is_aligned(src, 16) && is_aligned(dst, kOutBytes);
+  const bool vectorized =
+      is_aligned(src, kValues * sizeof(In)) && is_aligned(dst, kValues * sizeof(Out));
   const int64_t groups = vectorized ? n / kValues : 0;
   if (groups > 0) {
     normalize_vector_kernel<In, Out>

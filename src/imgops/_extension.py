@@ -164,8 +164,9 @@ def _compile(torch_module, plan: support.CudaPlan, reason: str) -> dict[str, Any
     archs = _cuda_archs(torch_module) if plan.enabled else ""
     key = _build_key(torch_module, plan, archs, sources)
     build_dir = cache_root() / key
-    if plan.cuda_home:
-        os.environ["CUDA_HOME"] = plan.cuda_home
+    cuda_home = plan.cuda_home or support.find_cuda_home()
+    if cuda_home:  # before torch.utils.cpp_extension guesses (and warns) at import
+        os.environ.setdefault("CUDA_HOME", cuda_home)
     if archs:
         os.environ["TORCH_CUDA_ARCH_LIST"] = archs
     from torch.utils import cpp_extension
