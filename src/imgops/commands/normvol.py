@@ -220,6 +220,10 @@ def normvol(
         chunk_mb=chunk_mb,
         overwrite=overwrite,
     )
+    if not verbose:
+        from ..io.volumes import quiet_tifffile
+
+        quiet_tifffile()
     torch_device = resolve_device(device)
     if directory is not None:
         directory.mkdir(parents=True, exist_ok=True)
@@ -237,6 +241,13 @@ def normvol(
             reporter.error(error.format_message())
             if verbose:
                 traceback.print_exc()
+        except (MemoryError, RuntimeError) as error:
+            if not _out_of_memory(error):
+                raise
+            failures += 1
+            reporter.error(f"{path}: out of memory (try a smaller --chunk-mb)")
+            if verbose:
+                traceback.print_exc()
     if len(inputs) > 1 or failures:
         summary = f"normvol: {done} written, {skipped} skipped, {failures} failed"
         if failures and quiet:
@@ -246,6 +257,12 @@ def normvol(
     if failures:
         raise click.exceptions.Exit(1)
     return 0
+
+
+def _out_of_memory(error: BaseException) -> bool:
+    """Host or GPU allocation failures (torch reports both as RuntimeError subclasses)."""
+    text = str(error).lower()
+    return isinstance(error, MemoryError) or "out of memory" in text or "allocate" in text
 
 
 def _check_targets(inputs: tuple[Path, ...], targets: list[Path]) -> None:
@@ -269,7 +286,7 @@ def _resolve_bound(bound: Bound, end: str, dtype: str, stats) -> float:
 
 
 def _normalise_one(path: Path, target: Path, settings: _Settings, device, reporter) -> None:
-    from ..io.atomic import OutputExistsError, atomic_output
+    from ..io.atomic import OutputExistsError, atomic_output, check_output_folder
     from ..io.volumes import open_volume, write_volume
     from ..volume import normalize_stream, plan_chunks, scan_volume
 
@@ -290,6 +307,10 @@ def _normalise_one(path: Path, target: Path, settings: _Settings, device, report
         )
         if not settings.overwrite and target.exists():
             raise FileError(target, "output exists (use --overwrite)")
+        try:
+            check_output_folder(target)
+        except OSError as error:
+            raise FileError(target, f"cannot write: {error.strerror}") from error
         needs_scan = settings.percentiles is not None or "data" in (
             settings.maximum.kind,
             settings.minimum.kind,
@@ -344,7 +365,9 @@ def _normalise_one(path: Path, target: Path, settings: _Settings, device, report
         except OutputExistsError as error:
             raise FileError(target, "output exists (use --overwrite)") from error
         except OSError as error:
-            raise FileError(target, f"cannot write: {error.strerror or error}") from error
+            # numpy's short writes (a full disk, a file size limit) carry no errno
+            problem = error.strerror or f"{error} (disk full?)"
+            raise FileError(target, f"cannot write: {problem}") from error
         reporter.detail(
             f"{target}: {result.slices} slices in {result.chunks} chunks, {result.seconds:.2f} s, "
             f"peak buffers {result.peak_buffer_bytes / 2**20:.1f} MiB"

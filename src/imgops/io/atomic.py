@@ -8,6 +8,7 @@ that imgops.cli installs (remove_pending_temporaries).
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import secrets
 import threading
@@ -67,6 +68,18 @@ def commit(temp: Path, target: Path, *, overwrite: bool, durable: bool = True) -
             os.unlink(temp)
     if durable:
         _fsync_dir(target.parent)
+
+
+def check_output_folder(target: Path) -> None:
+    """Raises the OSError a write of `target` would meet if its folder is missing or read-only
+    (so a long job fails before its work, not at the end)."""
+    folder = Path(target).parent
+    if not folder.exists():
+        raise FileNotFoundError(errno.ENOENT, "output folder does not exist", str(folder))
+    if not folder.is_dir():
+        raise NotADirectoryError(errno.ENOTDIR, "output folder is not a directory", str(folder))
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise PermissionError(errno.EACCES, "output folder is not writable", str(folder))
 
 
 @contextlib.contextmanager

@@ -20,7 +20,6 @@ only the page being written is needed, and picks BigTIFF when the output can pas
 from __future__ import annotations
 
 import os
-import struct
 import xml.etree.ElementTree as ET
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -41,6 +40,7 @@ __all__ = [
     "needs_bigtiff",
     "open_volume",
     "output_flavour",
+    "quiet_tifffile",
     "write_volume",
 ]
 
@@ -201,6 +201,7 @@ def describe_volume(path: Path, tif) -> VolumeInfo:
             path, f"has {dtype.name} pixels; normvol reads {', '.join(ACCEPTED_DTYPES)} stacks"
         )
     shape = _volume_shape(path, tuple(series.shape), series.axes)
+    _check_declared_size(path, shape)
     page = series.keyframe
     compression = page.compression.name
     if not _codec_available(compression):
@@ -210,6 +211,8 @@ def describe_volume(path: Path, tif) -> VolumeInfo:
             "(pip install imagecodecs)",
         )
     offset = series.dataoffset if compression == "NONE" else None
+    if offset is not None and not _contiguous_data_plausible(page, int(offset), shape, dtype):
+        offset = None  # damaged offsets: let tifffile read page by page (and report the damage)
     resolution = tuple(float(v) for v in page.resolution) if page.resolution else None
     meta = tif.imagej_metadata or {}
     spacing = meta.get("spacing")
@@ -231,6 +234,30 @@ def describe_volume(path: Path, tif) -> VolumeInfo:
     )
 
 
+def _contiguous_data_plausible(page, offset: int, shape, dtype) -> bool:
+    """The direct path reads shape's bytes from `offset`: only when the first page's strips
+    start there (past the header), are contiguous and hold one slice. (A file that ends early
+    is still read directly: the read then reports it as truncated.)"""
+    slice_bytes = shape[1] * shape[2] * dtype.itemsize
+    offsets, counts = tuple(page.dataoffsets), tuple(page.databytecounts)
+    if offset < 8 or not offsets or offsets[0] != offset or sum(counts) != slice_bytes:
+        return False
+    return all(o + c == n for o, c, n in zip(offsets, counts, offsets[1:], strict=False))
+
+
+def _check_declared_size(path: Path, shape: tuple[int, int, int]) -> None:
+    """Refuses slices over the image pixel limit (a header claiming huge dimensions: a bomb)."""
+    from .images import MAX_PIXELS_ENV, default_max_pixels
+
+    pixels, limit = shape[1] * shape[2], default_max_pixels()
+    if pixels > limit:
+        raise FileError(
+            path,
+            f"slices are {shape[2]}x{shape[1]} ({pixels} pixels), over the limit of {limit} "
+            f"pixels (set {MAX_PIXELS_ENV} to raise it)",
+        )
+
+
 class VolumeReader:
     """An open TIFF stack that reads whole slices into caller-owned buffers (a context manager)."""
 
@@ -243,15 +270,19 @@ class VolumeReader:
             raise FileError(self.path, "is a directory, not a TIFF stack")
         try:
             self._tif = tifffile.TiffFile(self.path)
-        except (tifffile.TiffFileError, ValueError, OSError, struct.error) as error:
-            raise FileError(self.path, f"not a readable TIFF ({error})") from error
+        except MemoryError as error:
+            raise FileError(self.path, "not a readable TIFF (out of memory parsing it)") from error
+        except Exception as error:  # a damaged file can make the parser raise anything
+            raise FileError(self.path, f"not a readable TIFF ({_reason(error)})") from error
         try:
             self.info = describe_volume(self.path, self._tif)
             self._series = self._tif.series[0]
             self._fd = os.open(self.path, os.O_RDONLY) if self.info.read_mode == "direct" else None
-        except BaseException:
+        except BaseException as error:
             self._tif.close()
-            raise
+            if isinstance(error, FileError) or not isinstance(error, Exception):
+                raise
+            raise FileError(self.path, f"not a readable TIFF ({_reason(error)})") from error
 
     def __enter__(self) -> VolumeReader:
         return self
@@ -278,9 +309,9 @@ class VolumeReader:
                 self._read_pages(start, out)
         except FileError:
             raise
-        except (ValueError, OSError, KeyError, RuntimeError) as error:
+        except Exception as error:  # damaged data can make the decoders raise anything
             raise FileError(
-                self.path, f"cannot read slices {start}..{start + count}: {error}"
+                self.path, f"cannot read slices {start}..{start + count}: {_reason(error)}"
             ) from error
 
     def read(self, start: int, stop: int) -> np.ndarray:
@@ -305,9 +336,47 @@ class VolumeReader:
 
     def _read_pages(self, start: int, out: np.ndarray) -> None:
         """tifffile decodes the pages (in parallel threads; zlib and friends release the GIL)."""
+        self._check_strips(start, out.shape[0])
         self._tif.asarray(
             key=range(start, start + out.shape[0]), series=0, out=out, maxworkers=_DECODE_WORKERS
         )
+
+    def _check_strips(self, start: int, count: int) -> None:
+        """Refuses pages whose data would come from the file header or from past its end
+        (tifffile reads what the offsets say; a damaged offset would give wrong pixels)."""
+        size = self._tif.filehandle.size
+        pages = self._series.pages
+        for index in range(start, start + count):
+            page = pages[index] if index < len(pages) else None
+            if page is None:  # a shaped series of contiguous pages lists only the first
+                continue
+            for offset, length in zip(page.dataoffsets, page.databytecounts, strict=False):
+                if length and (offset < 8 or offset + length > size):
+                    raise FileError(
+                        self.path,
+                        f"is damaged: slice {index} claims image data at bytes "
+                        f"{offset}..{offset + length} of a {size}-byte file",
+                    )
+
+
+def quiet_tifffile() -> None:
+    """Silences tifffile's own warnings on stderr (imgops reports each failure in one line)."""
+    import logging
+
+    logging.getLogger("tifffile").setLevel(logging.CRITICAL)
+
+
+def _reason(error: BaseException) -> str:
+    """One line saying what went wrong (tifffile's and zlib's messages can span lines)."""
+    text = " ".join(str(error).split())
+    if len(text) > 200:
+        text = text[:197] + "..."
+    kind = type(error).__name__
+    if not text:
+        return kind
+    if isinstance(error, (OSError, ValueError)):  # their messages say what they are
+        return text
+    return f"{kind}: {text}"  # IndexError: index 1 out of range, ...
 
 
 def _native_byteorder() -> str:
