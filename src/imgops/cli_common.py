@@ -5,7 +5,9 @@ Nothing here imports torch: `imgops --help` must stay fast.
 
 from __future__ import annotations
 
+import contextlib
 import sys
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import click
@@ -85,12 +87,13 @@ class Reporter:
         """Errors are printed even with -q: one line each."""
         click.echo(f"imgops: error: {message}", err=True)
 
-    def progress(self, description: str, total: float | None):
-        """A rich progress bar on stderr (a no-op context when stderr is not a terminal)."""
+    @contextlib.contextmanager
+    def progress(self, description: str, total: float | None) -> Iterator[Callable[..., None]]:
+        """A rich progress bar on stderr (only on a terminal); yields advance(n=1)."""
         from rich.console import Console
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
 
-        return Progress(
+        with Progress(
             "[progress.description]{task.description}",
             BarColumn(),
             MofNCompleteColumn(),
@@ -98,4 +101,6 @@ class Reporter:
             console=Console(stderr=True),
             disable=not self.show_progress,
             transient=False,
-        )
+        ) as bar:
+            task = bar.add_task(description, total=total)
+            yield lambda n=1: bar.advance(task, n)

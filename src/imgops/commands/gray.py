@@ -344,12 +344,11 @@ def gray(
         stdout=click.open_file(STDIO, "wb") if output == STDIO else None,
     )
     job_list = _make_jobs(plan, stdin_data)
-    with reporter.progress("gray", total=len(job_list)) as progress:
-        task = progress.add_task("gray", total=len(job_list))
+    with reporter.progress("gray", total=len(job_list)) as advance:
 
         def on_result(result) -> None:
             _report(reporter, result)
-            progress.advance(task)
+            advance()
 
         summary = run_gray(job_list, settings, on_result=on_result)
     if summary.device is not None:

@@ -317,14 +317,13 @@ def _normalise_one(path: Path, target: Path, settings: _Settings, device, report
         )
         stats = None
         if needs_scan:
-            with reporter.progress("scanning", info.depth) as progress:
-                task = progress.add_task(f"{path.name}: scanning", total=info.depth)
+            with reporter.progress(f"{path.name}: scanning", info.depth) as advance:
                 stats = scan_volume(
                     reader,
                     plan,
                     device,
                     histogram=settings.percentiles is not None,
-                    on_progress=lambda n: progress.advance(task, n),
+                    on_progress=advance,
                 )
         if settings.percentiles is not None:
             low, high = (stats.percentile(q) for q in settings.percentiles)
@@ -348,9 +347,8 @@ def _normalise_one(path: Path, target: Path, settings: _Settings, device, report
         try:
             with (
                 atomic_output(target, overwrite=settings.overwrite) as temp,
-                reporter.progress("normalising", info.depth) as progress,
+                reporter.progress(path.name, info.depth) as advance,
             ):
-                task = progress.add_task(f"{path.name}", total=info.depth)
                 result = normalize_stream(
                     reader,
                     lambda pages: write_volume(temp, pages, info, settings.dtype),
@@ -360,7 +358,7 @@ def _normalise_one(path: Path, target: Path, settings: _Settings, device, report
                     minimum=low,
                     dtype=settings.dtype,
                     clip=settings.clip,
-                    on_progress=lambda n: progress.advance(task, n),
+                    on_progress=advance,
                 )
         except OutputExistsError as error:
             raise FileError(target, "output exists (use --overwrite)") from error
