@@ -333,6 +333,29 @@ class _Stages:
         if self.errors:
             raise self.errors[0]
 
+    @contextlib.contextmanager
+    def running(self, *helpers: threading.Thread) -> Iterator[None]:
+        """Runs the reader and `helpers` around the caller's loop; stops and joins them at the end.
+
+        An error in the loop stops every stage and is raised; a StreamAborted in the loop means
+        another stage failed, and that stage's first error is raised instead.
+        """
+        threads = (self.thread, *helpers)
+        for thread in threads:
+            thread.start()
+        try:
+            yield
+        except StreamAborted:
+            self.abort.set()  # another stage failed; its error is raised below
+        except BaseException as error:
+            self.fail(error)
+            raise
+        finally:
+            self.abort.set()  # every thread has finished unless something failed: stop them then
+            for thread in reversed(threads):
+                thread.join()
+        self.raise_first_error()
+
 
 def _synchronize(device) -> None:
     import torch
@@ -398,8 +421,7 @@ def _scan(reader, plan, device, histogram, on_progress) -> DataStats:
     counts: torch.Tensor | None = None
     extremes: torch.Tensor | None = None
     completed = False
-    stages.thread.start()
-    try:
+    with stages.running():
         for slot in stages.chunks():
             chunk = slot.to_device(slot.stop - slot.start, stages.copy_stream)
             if histogram:
@@ -414,15 +436,6 @@ def _scan(reader, plan, device, histogram, on_progress) -> DataStats:
                 on_progress(slot.stop - slot.start)
         _synchronize(device)
         completed = True
-    except StreamAborted:
-        stages.abort.set()  # another stage failed; its error is raised below
-    except BaseException as error:
-        stages.fail(error)
-        raise
-    finally:
-        stages.abort.set()  # the reader has finished unless something failed: stop it then
-        stages.thread.join()
-    stages.raise_first_error()
     if not completed:
         raise StreamAborted("the first pass stopped early")
     return _data_stats(reader.info.dtype, counts, extremes, histogram)
@@ -562,9 +575,7 @@ def _normalize(
 
     writer = threading.Thread(target=write_all, name="imgops-write", daemon=True)
     completed = False
-    stages.thread.start()
-    writer.start()
-    try:
+    with stages.running(writer):
         for slot in stages.chunks():
             count = slot.stop - slot.start
             outputs.reserve_cpu_slot(stages.abort)
@@ -581,16 +592,6 @@ def _normalize(
         _put(to_write, None, stages.abort)
         _join(writer, stages)
         completed = True
-    except StreamAborted:
-        stages.abort.set()  # another stage failed; its error is raised below
-    except BaseException as error:
-        stages.fail(error)
-        raise
-    finally:
-        stages.abort.set()  # both threads have finished unless something failed: stop them then
-        writer.join()
-        stages.thread.join()
-    stages.raise_first_error()
     if not completed:
         raise StreamAborted("the volume stream stopped early")
     stats.peak_buffer_bytes = budget.peak
