@@ -131,7 +131,8 @@ def run(args: argparse.Namespace) -> dict:
     workdir = Path(args.workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     free = shutil.disk_usage(workdir).free
-    need = args.size_gb * 1e9 * 5.2  # input, float32 output, the write floor's file
+    # the input, and then either the write floor's file or the float32 output (never both)
+    need = args.size_gb * 1e9 * 3.2
     if free < need:
         raise SystemExit(
             f"{workdir}: {free / 1e9:.1f} GB free, this run needs about {need / 1e9:.0f} GB"

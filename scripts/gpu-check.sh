@@ -3,6 +3,7 @@
 # compute-sanitizer memcheck and racecheck over the kernels, the CLI on CPU vs CUDA, and timings.
 # Logs go to $OUT (or ./gpu-check-out); a summary is printed last.
 #   bash scripts/gpu-check.sh [stage...]   stages: build tests sanitize timing cli bench pipeline volume
+#   (variants, not in the default list: benchmarks/kernel_variants.cu, the kernel design experiments)
 #   (default: all); TESTS="tests/test_x.py ..." narrows the test stage.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -45,7 +46,16 @@ if wants sanitize; then
       $PY scripts/sanitize_kernels.py
     grep -E "ERROR SUMMARY|RACECHECK SUMMARY|Hazard" "$OUT/$tool.log" | tail -n 2 | tee -a "$SUMMARY"
   done
+  # 64-bit indexing: each kernel over more than 2^31 elements under memcheck
+  run_stage memcheck-big compute-sanitizer --tool memcheck --print-limit 20 --error-exitcode 9 \
+    $PY scripts/sanitize_kernels.py --big
+  grep -E "ERROR SUMMARY" "$OUT/memcheck-big.log" | tail -n 1 | tee -a "$SUMMARY"
   unset PYTORCH_NO_CUDA_MEMORY_CACHING
+fi
+if wants variants; then
+  run_stage variants bash -c "nvcc -O3 -std=c++17 -gencode=arch=compute_90,code=sm_90 \
+    benchmarks/kernel_variants.cu -o /tmp/kernel_variants && /tmp/kernel_variants"
+  cat "$OUT/variants.log" | tee -a "$SUMMARY"
 fi
 if wants timing; then
   run_stage timing $PY scripts/kernel_timing.py
@@ -63,7 +73,7 @@ if wants pipeline; then  # 20 copies of each sample photo: imgops gray vs the Op
   for i in $(seq 1 20); do for f in samples/*.jpg samples/*.png; do
     cp "$f" "/tmp/imgops-photos/$i-$(basename "$f")"; done; done
   for dev in cuda cpu; do
-    run_stage "pipeline-$dev" $PY -m imgops.cli bench --pipeline /tmp/imgops-photos --reps 1 --gray-device "$dev"
+    run_stage "pipeline-$dev" $PY -m imgops.cli bench --pipeline /tmp/imgops-photos --reps 3 --gray-device "$dev"
     tail -n 12 "$OUT/pipeline-$dev.log"
   done
 fi

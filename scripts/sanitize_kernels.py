@@ -2,7 +2,9 @@
 
 Covers 1-pixel images, odd widths, unaligned views (a crop starting at an odd byte), every dtype,
 both channel orders, and checks each result against the CPU kernels so a silent error shows.
-    $ compute-sanitizer --tool memcheck python scripts/sanitize_kernels.py
+`--big` runs each kernel once over a tensor of more than 2^31 elements instead (64-bit indexing;
+about 16 GB of GPU memory), checking its first, middle and last pixels against the CPU.
+    $ compute-sanitizer --tool memcheck python scripts/sanitize_kernels.py [--big]
 """
 
 from __future__ import annotations
@@ -22,8 +24,52 @@ def check(name: str, gpu: torch.Tensor, cpu: torch.Tensor) -> int:
     return 1
 
 
+def check_slices(name: str, gpu_in: torch.Tensor, gpu_out: torch.Tensor, op) -> int:
+    """Compares op on the CPU with gpu_out over the first, a middle and the last 2^16 rows."""
+    n = gpu_in.shape[0]
+    bad = 0
+    for start in (0, n // 2 - 12345, n - (1 << 16)):
+        rows = slice(start, start + (1 << 16))
+        bad += check(f"{name} rows {start}..", gpu_out[rows], op(gpu_in[rows].cpu()))
+    return bad
+
+
+def main_big() -> int:
+    """Every kernel once over more than 2^31 elements; returns the number of mismatches."""
+    torch.manual_seed(0)
+    bad = 0
+    pixels = (1 << 31) // 3 + 4099  # 3 * pixels > 2^31 input elements
+    image = torch.randint(0, 256, (pixels, 3), dtype=torch.uint8, device="cuda")
+    bad += check_slices("gray u8 >2^31", image, imgops.rgb_to_gray(image[None])[0], _gray_rows)
+    del image
+    n = (1 << 31) + 4099
+    values = torch.randint(0, 256, (n,), dtype=torch.uint8, device="cuda")
+    out = imgops.normalize_volume(values, 255, 0, dtype=torch.float16)
+    bad += check_slices(
+        "normvol u8->f16 >2^31",
+        values,
+        out,
+        lambda x: imgops.normalize_volume(x, 255, 0, dtype=torch.float16),
+    )
+    del out
+    counts = imgops.value_histogram(values).cpu()
+    expected = torch.bincount(values.view(-1)[: 1 << 30].cpu(), minlength=256)
+    for start in range(1 << 30, n, 1 << 30):
+        expected += torch.bincount(values[start : start + (1 << 30)].cpu(), minlength=256)
+    bad += check("histogram u8 >2^31", counts, expected)
+    torch.cuda.synchronize()
+    print(f"sanitize_kernels --big: {bad} mismatches")
+    return 1 if bad else 0
+
+
+def _gray_rows(rows: torch.Tensor) -> torch.Tensor:
+    return imgops.rgb_to_gray(rows[None])[0]
+
+
 def main() -> int:
     """Runs the cases; returns the number of mismatches."""
+    if "--big" in sys.argv[1:]:
+        return main_big()
     torch.manual_seed(0)
     bad = 0
     for dtype in (

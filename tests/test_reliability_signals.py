@@ -4,6 +4,7 @@ SIGINT/SIGTERM during a gray batch and during a normvol batch exit 130/143 and l
 complete outputs; a full disk (RLIMIT_FSIZE with SIGXFSZ ignored, so writes fail with EFBIG) is
 one clear error with no partial file; two processes writing into one folder never clobber.
 (A signal in the middle of one large stack is tests/test_cli_normvol.py's slow test.)
+The signal and full-disk cases run on the CPU and, where there is a GPU, on CUDA.
 """
 
 from __future__ import annotations
@@ -82,10 +83,12 @@ def _batch(folder: Path, count: int, name: str = "flower_rgb_3mp.png") -> Path:
 
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
-def test_signal_during_a_gray_batch_leaves_only_complete_outputs(tmp_path, signum, expected_flower):
+def test_signal_during_a_gray_batch_leaves_only_complete_outputs(
+    tmp_path, signum, expected_flower, device
+):
     source = _batch(tmp_path, 24)
     out = tmp_path / "out"
-    process = imgops("gray", source, "-d", out, "-j", "2", "--device", "cpu")
+    process = imgops("gray", source, "-d", out, "-j", "2", "--device", device)
     wait_for(lambda: out.is_dir() and len(finished(out, ".png")) >= 1, process)
     process.send_signal(signum)
     _, stderr = process.communicate(timeout=60)
@@ -111,13 +114,13 @@ def _stack(path: Path, depth: int, side: int = 512) -> None:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
-def test_signal_during_a_normvol_batch_keeps_the_finished_stack(tmp_path, signum):
+def test_signal_during_a_normvol_batch_keeps_the_finished_stack(tmp_path, signum, device):
     for name in ("a.tif", "b.tif"):
         _stack(tmp_path / name, 200)
     out = tmp_path / "out"
     process = imgops(
         "normvol", tmp_path / "a.tif", tmp_path / "b.tif", "-d", out, "--max", 4095,
-        "--chunk-mb", 1, "--device", "cpu",
+        "--chunk-mb", 1, "--device", device,
     )  # fmt: skip
     wait_for(lambda: (out / "a.tif").exists() and temporaries(out), process)
     process.send_signal(signum)
@@ -139,13 +142,13 @@ def _file_size_limit(limit: int):
     return apply
 
 
-def test_full_disk_during_gray_is_one_error_and_nothing_partial(tmp_path):
+def test_full_disk_during_gray_is_one_error_and_nothing_partial(tmp_path, device):
     shutil.copy(SAMPLES / "coffee_rgb.png", tmp_path / "small.png")
     shutil.copy(SAMPLES / "flower_rgb_3mp.png", tmp_path / "big.png")
     out = tmp_path / "out"
     out.mkdir()
     process = imgops(
-        "gray", tmp_path / "small.png", tmp_path / "big.png", "-d", out, "--device", "cpu",
+        "gray", tmp_path / "small.png", tmp_path / "big.png", "-d", out, "--device", device,
         preexec_fn=_file_size_limit(400_000),
     )  # fmt: skip
     _, stderr = process.communicate(timeout=120)
@@ -156,10 +159,10 @@ def test_full_disk_during_gray_is_one_error_and_nothing_partial(tmp_path):
     assert sorted(p.name for p in out.iterdir()) == ["small.png"]  # no partial big.png
 
 
-def test_full_disk_during_normvol_is_one_error_and_nothing_partial(tmp_path):
+def test_full_disk_during_normvol_is_one_error_and_nothing_partial(tmp_path, device):
     shutil.copy(SAMPLES / "mri_fmri_imagej.tif", tmp_path / "scan.tif")
     process = imgops(
-        "normvol", tmp_path / "scan.tif", "--max", 1162, "--device", "cpu",
+        "normvol", tmp_path / "scan.tif", "--max", 1162, "--device", device,
         preexec_fn=_file_size_limit(300_000),
     )  # fmt: skip
     _, stderr = process.communicate(timeout=120)

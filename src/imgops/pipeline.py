@@ -62,6 +62,8 @@ class JobResult:
     dtype: str | None = None
     bytes_written: int = 0
     seconds: dict[str, float] = field(default_factory=dict)
+    #: Something the user should know about a written file (e.g. a fallback that was taken).
+    note: str | None = None
 
 
 @dataclass
@@ -157,12 +159,28 @@ class GrayConverter:
 
     def convert(self, image: DecodedImage) -> np.ndarray:
         """The gray (H, W) array of a decoded image; gray images pass through unchanged."""
+        return self.convert_noting(image)[0]
+
+    def convert_noting(self, image: DecodedImage) -> tuple[np.ndarray, str | None]:
+        """Like `convert`, with a note when the GPU ran out of memory and the CPU took over.
+
+        The CPU kernel gives the same bits, so the fallback changes speed, never the output.
+        """
         if image.is_gray:
-            return image.pixels
+            return image.pixels, None
+        order = image.channel_order or "bgr"
         if self.device.type == "cuda":
-            return self._convert_cuda(image.pixels, image.channel_order or "bgr")
-        tensor = self._torch.from_numpy(image.pixels)  # shares memory: no copy
-        return self._rgb_to_gray(tensor, channel_order=image.channel_order or "bgr").numpy()
+            try:
+                return self._convert_cuda(image.pixels, order), None
+            except self._torch.OutOfMemoryError:
+                self._torch.cuda.empty_cache()
+                note = "out of GPU memory for this image: converted on the CPU instead"
+                return self._convert_cpu(image.pixels, order), note
+        return self._convert_cpu(image.pixels, order), None
+
+    def _convert_cpu(self, pixels: np.ndarray, channel_order: str) -> np.ndarray:
+        tensor = self._torch.from_numpy(pixels)  # shares memory: no copy
+        return self._rgb_to_gray(tensor, channel_order=channel_order).numpy()
 
     def _convert_cuda(self, pixels: np.ndarray, channel_order: str) -> np.ndarray:
         torch = self._torch
@@ -344,7 +362,10 @@ class _Worker:
     def _back(self, result: JobResult, image: DecodedImage) -> None:
         settings, seconds = self.settings, result.seconds
         start = time.perf_counter()
-        gray = image.pixels if image.is_gray else self.loader.get().convert(image)
+        if image.is_gray:
+            gray = image.pixels
+        else:
+            gray, result.note = self.loader.get().convert_noting(image)
         now = time.perf_counter()
         seconds["convert"], start = now - start, now
         encoded = encode_image(gray, settings.fmt, png_level=settings.png_level)

@@ -27,6 +27,7 @@ from the cumulative histogram, so the result equals numpy's bit for bit on integ
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 import queue
 import threading
@@ -85,6 +86,10 @@ class ChunkPlan:
         return self.slots * _slot_bytes(
             k * self.in_slice_bytes, k * self.out_slice_bytes, self.pinned
         )
+
+    def halved(self) -> ChunkPlan:
+        """The same plan with half the slices per chunk (at least one)."""
+        return dataclasses.replace(self, slices_per_chunk=max(1, self.slices_per_chunk // 2))
 
     def chunks(self) -> Iterator[tuple[int, int]]:
         """(start, stop) slice ranges, in order."""

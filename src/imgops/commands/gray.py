@@ -204,6 +204,8 @@ def _report(reporter: Reporter, result) -> None:
     elif result.status == "skipped":
         reporter.detail(f"{result.job.label}: skipped, {result.job.target} exists")
     else:
+        if result.note:
+            reporter.info(f"{result.job.label}: {result.note}")
         shape = "x".join(str(n) for n in (result.shape or ())[:2][::-1])
         where = result.job.target if result.job.target is not None else "<stdout>"
         millis = 1000 * sum(result.seconds.values())

@@ -245,9 +245,11 @@ def normvol(
             if not _out_of_memory(error):
                 raise
             failures += 1
-            reporter.error(f"{path}: out of memory (try a smaller --chunk-mb)")
+            reporter.error(f"{path}: {_out_of_memory_advice(error, torch_device)}")
             if verbose:
                 traceback.print_exc()
+        finally:
+            _release_device_memory(torch_device)
     if len(inputs) > 1 or failures:
         summary = f"normvol: {done} written, {skipped} skipped, {failures} failed"
         if failures and quiet:
@@ -257,6 +259,47 @@ def normvol(
     if failures:
         raise click.exceptions.Exit(1)
     return 0
+
+
+def _smaller_chunks_on_gpu_oom(run, plan, path: Path, device, reporter):
+    """(run(plan), plan), halving the slices per chunk after each GPU out-of-memory error.
+
+    Each try starts the pass over (the output of a failed try is discarded by atomic_output);
+    with one slice per chunk the error goes to the caller, which reports it.
+    """
+    import torch
+
+    while True:
+        try:
+            return run(plan), plan
+        except torch.OutOfMemoryError:
+            if device.type != "cuda" or plan.slices_per_chunk == 1:
+                raise
+            smaller = plan.halved()
+            torch.cuda.empty_cache()
+            reporter.info(
+                f"{path}: out of GPU memory with {plan.slices_per_chunk} slices per chunk; "
+                f"retrying with {smaller.slices_per_chunk}"
+            )
+            plan = smaller
+
+
+def _out_of_memory_advice(error: BaseException, device) -> str:
+    import torch
+
+    if isinstance(error, torch.OutOfMemoryError):
+        return (
+            "out of GPU memory even with one slice per chunk (free GPU memory, or use --device cpu)"
+        )
+    return "out of memory (try a smaller --chunk-mb)"
+
+
+def _release_device_memory(device) -> None:
+    """Hands the caching allocator's blocks back to the driver between files on CUDA."""
+    if device.type == "cuda":
+        import torch
+
+        torch.cuda.empty_cache()
 
 
 def _out_of_memory(error: BaseException) -> bool:
@@ -317,14 +360,18 @@ def _normalise_one(path: Path, target: Path, settings: _Settings, device, report
         )
         stats = None
         if needs_scan:
-            with reporter.progress(f"{path.name}: scanning", info.depth) as advance:
-                stats = scan_volume(
-                    reader,
-                    plan,
-                    device,
-                    histogram=settings.percentiles is not None,
-                    on_progress=advance,
-                )
+
+            def scan(plan):
+                with reporter.progress(f"{path.name}: scanning", info.depth) as advance:
+                    return scan_volume(
+                        reader,
+                        plan,
+                        device,
+                        histogram=settings.percentiles is not None,
+                        on_progress=advance,
+                    )
+
+            stats, plan = _smaller_chunks_on_gpu_oom(scan, plan, path, device, reporter)
         if settings.percentiles is not None:
             low, high = (stats.percentile(q) for q in settings.percentiles)
             lo_q, hi_q = settings.percentiles
@@ -344,12 +391,13 @@ def _normalise_one(path: Path, target: Path, settings: _Settings, device, report
                 "(a constant volume? set --max/--min explicitly)",
             )
         reporter.detail(f"{path}: normalising with min {low:.10g}, max {high:.10g}")
-        try:
+
+        def normalise(plan):
             with (
                 atomic_output(target, overwrite=settings.overwrite) as temp,
                 reporter.progress(path.name, info.depth) as advance,
             ):
-                result = normalize_stream(
+                return normalize_stream(
                     reader,
                     lambda pages: write_volume(temp, pages, info, settings.dtype),
                     plan,
@@ -360,6 +408,9 @@ def _normalise_one(path: Path, target: Path, settings: _Settings, device, report
                     clip=settings.clip,
                     on_progress=advance,
                 )
+
+        try:
+            result, plan = _smaller_chunks_on_gpu_oom(normalise, plan, path, device, reporter)
         except OutputExistsError as error:
             raise FileError(target, "output exists (use --overwrite)") from error
         except OSError as error:

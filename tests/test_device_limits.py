@@ -1,0 +1,158 @@
+"""Device limits (issue 6): GPU out-of-memory falls back, and nothing stays allocated between files.
+
+On CUDA the limit is real: `torch.cuda.set_per_process_memory_fraction` caps this process's
+allocator so that an image or a chunk no longer fits. Everywhere, the retry logic is also
+driven by an injected out-of-memory error, so CI checks it without a GPU.
+"""
+
+from __future__ import annotations
+
+import types
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tifffile
+import torch
+from click.testing import CliRunner
+
+from imgops.cli import cli
+from imgops.commands.normvol import _smaller_chunks_on_gpu_oom
+from imgops.io.images import DecodedImage
+from imgops.pipeline import GrayConverter
+from imgops.volume import plan_chunks
+
+SAMPLES = Path(__file__).resolve().parent.parent / "samples"
+
+
+class _Notes:
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+
+    def info(self, message: str) -> None:
+        self.lines.append(message)
+
+
+def _stack(path: Path, depth: int, side: int) -> np.ndarray:
+    slices = tifffile.imread(SAMPLES / "mri_dwi_b0_u16.tif")
+    volume = np.stack([np.resize(slices[z % len(slices)], (side, side)) for z in range(depth)])
+    tifffile.imwrite(path, volume, photometric="minisblack")
+    return volume
+
+
+@pytest.fixture
+def memory_cap():
+    """Caps this process's CUDA allocator to `mib` MiB; lifted (and the cache emptied) after."""
+
+    def cap(mib: float) -> None:
+        total = torch.cuda.get_device_properties(0).total_memory
+        torch.cuda.empty_cache()
+        torch.cuda.set_per_process_memory_fraction(mib * 2**20 / total)
+
+    yield cap
+    torch.cuda.set_per_process_memory_fraction(1.0)
+    torch.cuda.empty_cache()
+
+
+def test_chunk_fallback_halves_until_the_chunk_fits():
+    plan = plan_chunks((64, 256, 256), "uint16", "float32", chunk_mb=64)
+    assert plan.slices_per_chunk > 8
+    tried = []
+
+    def run(p):
+        tried.append(p.slices_per_chunk)
+        if p.slices_per_chunk > 8:
+            raise torch.OutOfMemoryError("CUDA out of memory (injected)")
+        return "done"
+
+    notes = _Notes()
+    cuda = types.SimpleNamespace(type="cuda")
+    result, final = _smaller_chunks_on_gpu_oom(run, plan, Path("scan.tif"), cuda, notes)
+    assert result == "done" and final.slices_per_chunk <= 8
+    assert tried == sorted(tried, reverse=True) and len(tried) == len(notes.lines) + 1
+    assert all("scan.tif: out of GPU memory" in line for line in notes.lines)
+
+
+def test_chunk_fallback_gives_up_at_one_slice_and_never_on_the_cpu():
+    plan = plan_chunks((16, 64, 64), "uint16", "float32", chunk_mb=1)
+
+    def run(p):
+        raise torch.OutOfMemoryError("CUDA out of memory (injected)")
+
+    cuda = types.SimpleNamespace(type="cuda")
+    with pytest.raises(torch.OutOfMemoryError):
+        _smaller_chunks_on_gpu_oom(run, plan, Path("s.tif"), cuda, _Notes())
+    calls = []
+
+    def run_cpu(p):
+        calls.append(p)
+        raise torch.OutOfMemoryError("injected")
+
+    with pytest.raises(torch.OutOfMemoryError):
+        _smaller_chunks_on_gpu_oom(run_cpu, plan, Path("s.tif"), torch.device("cpu"), _Notes())
+    assert len(calls) == 1
+
+
+@pytest.mark.cuda
+def test_gray_image_too_big_for_the_gpu_is_converted_on_the_cpu(memory_cap):
+    rng = np.random.default_rng(5)
+    pixels = rng.integers(0, 256, (6000, 6000, 3), dtype=np.uint8)  # 108 MB in, 36 MB out
+    image = DecodedImage(pixels=pixels, channel_order="bgr")
+    converter = GrayConverter("cuda")
+    expected = converter.convert(image).copy()
+    memory_cap(64)
+    gray, note = converter.convert_noting(image)
+    assert note is not None and "converted on the CPU" in note
+    np.testing.assert_array_equal(gray, expected)
+
+
+@pytest.mark.cuda
+def test_normvol_chunk_too_big_for_the_gpu_retries_smaller(tmp_path: Path, memory_cap):
+    volume = _stack(tmp_path / "scan.tif", 48, 1024)  # 96 MB uint16
+    cpu = CliRunner().invoke(
+        cli, ["normvol", str(tmp_path / "scan.tif"), "-o", str(tmp_path / "cpu.tif"),
+              "--device", "cpu"],
+    )  # fmt: skip
+    assert cpu.exit_code == 0, cpu.output
+    memory_cap(80)  # a 256 MiB chunk plan needs far more on the device
+    result = CliRunner().invoke(
+        cli, ["normvol", str(tmp_path / "scan.tif"), "-o", str(tmp_path / "gpu.tif"),
+              "--device", "cuda", "--chunk-mb", "512"],
+        catch_exceptions=False,
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert "out of GPU memory" in result.stderr and "retrying with" in result.stderr
+    got = tifffile.imread(tmp_path / "gpu.tif")
+    np.testing.assert_array_equal(got, tifffile.imread(tmp_path / "cpu.tif"))
+    assert got.shape == volume.shape
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cpu.tif", "gpu.tif", "scan.tif"]
+
+
+@pytest.mark.cuda
+def test_normvol_leaves_nothing_allocated_between_files(tmp_path: Path):
+    for name in ("a.tif", "b.tif"):
+        _stack(tmp_path / name, 24, 512)
+    torch.cuda.synchronize()
+    allocated, reserved = torch.cuda.memory_allocated(), torch.cuda.memory_reserved()
+    result = CliRunner().invoke(
+        cli, ["normvol", str(tmp_path / "a.tif"), str(tmp_path / "b.tif"), "-d",
+              str(tmp_path / "out"), "--device", "cuda", "--percentile", "1", "99"],
+        catch_exceptions=False,
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    torch.cuda.synchronize()
+    assert torch.cuda.memory_allocated() == allocated
+    assert torch.cuda.memory_reserved() <= reserved  # the cache was handed back
+
+
+@pytest.mark.cuda
+def test_gray_batch_leaves_nothing_allocated(tmp_path: Path):
+    torch.cuda.synchronize()
+    allocated = torch.cuda.memory_allocated()
+    result = CliRunner().invoke(
+        cli, ["gray", str(SAMPLES), "-d", str(tmp_path / "out"), "--device", "cuda", "-q"],
+        catch_exceptions=False,
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    torch.cuda.synchronize()
+    assert torch.cuda.memory_allocated() == allocated
