@@ -1,4 +1,5 @@
-"""Ahead-of-time build of imgops._C: CUDAExtension when a matching nvcc is present, else CPU only.
+"""Ahead-of-time build of imgops._C (CUDAExtension when a matching nvcc is present, else CPU
+only) and of imgops._gray_cpu, the torch-free CPU luma module of the command line.
 
 Environment:
   FORCE_CUDA=1       fail instead of falling back to a CPU-only build (CI sets it)
@@ -16,11 +17,12 @@ import shutil
 import sys
 from pathlib import Path
 
-from setuptools import setup
+from setuptools import Extension, setup
 from setuptools.command.build_py import build_py
 
 ROOT = Path(__file__).resolve().parent
 CSRC = Path("csrc")
+STANDALONE_GRAY = "imgops._gray_cpu"
 
 
 def _load_build_support():
@@ -75,10 +77,24 @@ def make_extension(with_cuda: bool):
     )
 
 
+def make_standalone_gray():
+    """imgops._gray_cpu: the CPU luma loops as a plain CPython module (no torch: fast start-up)."""
+    return Extension(
+        name=STANDALONE_GRAY,
+        sources=[f"{CSRC}/standalone/gray_module.cpp"],
+        include_dirs=[str(ROOT / CSRC)],
+        extra_compile_args=["-O3", "-ffp-contract=off"],
+        language="c++",
+    )
+
+
 class BuildImgopsExtension(BuildExtension):
     """Builds _C, falls back to CPU only when the CUDA part fails, and records build metadata."""
 
     def build_extension(self, ext):
+        if ext.name == STANDALONE_GRAY:
+            super().build_extension(ext)
+            return
         with_cuda = PLAN.enabled
         try:
             super().build_extension(ext)
@@ -125,7 +141,7 @@ class BuildPyWithSources(build_py):
 
 
 setup(
-    ext_modules=[make_extension(PLAN.enabled)],
+    ext_modules=[make_extension(PLAN.enabled), make_standalone_gray()],
     cmdclass={
         "build_ext": BuildImgopsExtension.with_options(use_ninja=True),
         "build_py": BuildPyWithSources,

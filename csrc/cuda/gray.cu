@@ -1,5 +1,5 @@
 // rgb_to_gray on CUDA: each thread turns 48 bytes of interleaved pixels (three 16-byte loads)
-// into one 16-byte store, in a grid-stride loop with 64-bit indices; a scalar kernel takes the
+// into one 16-byte store, one group per thread, 64-bit indices; a scalar kernel takes the
 // tail and unaligned views. Launched on the current stream under a device guard.
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
@@ -30,37 +30,23 @@ __device__ __forceinline__ T gray_pixel(T c0, T c1, T c2) {
   }
 }
 
-// One group = 16 / sizeof(T) pixels: 48 bytes in, 16 bytes out. Each thread keeps kUnroll
-// groups in flight (all loads issued before the first store); each load is coalesced across
-// the warp because group g + k * total goes to the same lane in every round.
+// One group = 16 / sizeof(T) pixels: 48 bytes in (three 16-byte loads), 16 bytes out. One
+// group per thread over a grid that covers them all: every SM's warps keep their loads in
+// flight, which beat fewer threads with more groups each (benchmarks/kernel_variants.cu).
 template <typename T, bool kBgr>
 __global__ void gray_vector_kernel(const T* __restrict__ in, T* __restrict__ out,
                                    int64_t groups) {
   constexpr int kPixels = 16 / sizeof(T);
-  constexpr int kUnroll = 2;
   const int64_t total = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  for (int64_t g0 = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; g0 < groups;
-       g0 += total * kUnroll) {
-    Vec<T, 3 * kPixels> px[kUnroll];
+  for (int64_t g = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; g < groups;
+       g += total) {
+    const Vec<T, 3 * kPixels> px = load_vec<T, 3 * kPixels>(in + g * 3 * kPixels);
+    Vec<T, kPixels> y;
 #pragma unroll
-    for (int k = 0; k < kUnroll; ++k) {
-      const int64_t g = g0 + k * total;
-      if (g < groups) {
-        px[k] = load_vec<T, 3 * kPixels>(in + g * 3 * kPixels);
-      }
+    for (int i = 0; i < kPixels; ++i) {
+      y.v[i] = gray_pixel<T, kBgr>(px.v[3 * i], px.v[3 * i + 1], px.v[3 * i + 2]);
     }
-#pragma unroll
-    for (int k = 0; k < kUnroll; ++k) {
-      const int64_t g = g0 + k * total;
-      if (g < groups) {
-        Vec<T, kPixels> y;
-#pragma unroll
-        for (int i = 0; i < kPixels; ++i) {
-          y.v[i] = gray_pixel<T, kBgr>(px[k].v[3 * i], px[k].v[3 * i + 1], px[k].v[3 * i + 2]);
-        }
-        store_vec<T, kPixels>(out + g * kPixels, y);
-      }
-    }
+    store_vec<T, kPixels>(out + g * kPixels, y);
   }
 }
 
@@ -86,7 +72,7 @@ void launch_gray(const at::Tensor& in, at::Tensor& out) {
   const int64_t groups = vectorized ? n / kPixels : 0;
   if (groups > 0) {
     gray_vector_kernel<T, kBgr>
-        <<<grid_size(groups), kThreadsPerBlock, 0, stream>>>(src, dst, groups);
+        <<<full_grid_size(groups), kThreadsPerBlock, 0, stream>>>(src, dst, groups);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   }
   const int64_t done = groups * kPixels;

@@ -29,6 +29,17 @@ def _validate_device(ctx: click.Context, param: click.Parameter, value: str) -> 
 device_option = click.option(
     "--device", default="auto", show_default=True, callback=_validate_device, help=DEVICE_HELP
 )
+GRAY_DEVICE_HELP = (
+    "auto (the CPU: for image files the conversion is a few percent of the work, and the CPU "
+    "path starts without torch), cpu, cuda or cuda:N. Every device gives the same bits."
+)
+gray_device_option = click.option(
+    "--device",
+    default="auto",
+    show_default=True,
+    callback=_validate_device,
+    help=GRAY_DEVICE_HELP,
+)
 overwrite_option = click.option(
     "--overwrite", is_flag=True, help="Replace existing outputs (refused otherwise)."
 )

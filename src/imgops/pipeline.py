@@ -1,7 +1,11 @@
 """The gray batch pipeline: decode threads -> device -> encode threads -> atomic writes.
 
-One process serves the whole batch, so torch and CUDA start once, when the first colour image
-needs them (gray images, skipped and failed files never wait for torch). Each worker thread
+One process serves the whole batch. On the CPU (`--device cpu`, and `auto`) the conversion runs
+in imgops._gray_cpu, the torch op's own loops without torch, so the batch never imports torch:
+for JPEG/PNG files the conversion is a few percent of a file's time, and starting torch (and
+CUDA, and copying each image there and back) costs more than it could save. With
+`--device cuda` torch and CUDA start once, in the background, when the first colour image needs
+them (gray images, skipped and failed files never wait for them). Each worker thread
 carries one file through decode -> gray -> encode -> write (OpenCV releases the GIL, so threads
 scale), and at most `jobs + 2` files are in flight, so memory stays bounded whatever the batch
 size. A failure in one file is recorded in its result and never stops the others.
@@ -169,14 +173,15 @@ class GrayConverter:
         if image.is_gray:
             return image.pixels, None
         order = image.channel_order or "bgr"
-        if self.device.type == "cuda":
-            try:
-                return self._convert_cuda(image.pixels, order), None
-            except self._torch.OutOfMemoryError:
-                self._torch.cuda.empty_cache()
-                note = "out of GPU memory for this image: converted on the CPU instead"
-                return self._convert_cpu(image.pixels, order), note
-        return self._convert_cpu(image.pixels, order), None
+        if self.device.type != "cuda":
+            return self._convert_cpu(image.pixels, order), None
+        try:
+            return self._convert_cuda(image.pixels, order), None
+        except self._torch.OutOfMemoryError:
+            pass
+        self._torch.cuda.empty_cache()  # outside the except block: the failed try is released
+        note = "out of GPU memory for this image: converted on the CPU instead"
+        return self._convert_cpu(image.pixels, order), note
 
     def _convert_cpu(self, pixels: np.ndarray, channel_order: str) -> np.ndarray:
         tensor = self._torch.from_numpy(pixels)  # shares memory: no copy
@@ -201,6 +206,44 @@ class GrayConverter:
         return host_out.numpy()  # keeps host_out alive until the encoder is done with it
 
 
+class StandaloneCpuConverter:
+    """The CPU device stage without torch: imgops._gray_cpu, the torch op's own loops.
+
+    Starts in microseconds where the torch path first waits seconds for `import torch`; gives
+    the same bits (tests/test_gray_standalone.py). One image per call, GIL released.
+    """
+
+    device = "cpu"
+
+    def __init__(self, module: Any) -> None:
+        self._module = module
+
+    def convert(self, image: DecodedImage) -> np.ndarray:
+        """The gray (H, W) array of a decoded image; gray images pass through unchanged."""
+        return self.convert_noting(image)[0]
+
+    def convert_noting(self, image: DecodedImage) -> tuple[np.ndarray, str | None]:
+        """Like `convert` (the note is always None: there is no fallback to take)."""
+        if image.is_gray:
+            return image.pixels, None
+        pixels = np.ascontiguousarray(image.pixels)
+        out = np.empty(pixels.shape[:2], dtype=pixels.dtype)
+        bgr = (image.channel_order or "bgr") == "bgr"
+        self._module.rgb_to_gray(pixels, out, pixels.itemsize, bgr)
+        return out, None
+
+
+def standalone_cpu_converter() -> StandaloneCpuConverter | None:
+    """The torch-free CPU converter, or None where the package was built without it (JIT)."""
+    if os.environ.get("IMGOPS_NO_STANDALONE"):
+        return None
+    try:
+        from . import _gray_cpu
+    except ImportError:
+        return None
+    return StandaloneCpuConverter(_gray_cpu)
+
+
 class _ConverterLoader:
     """Starts the device stage (torch, the extension, CUDA) once, in the background, when needed.
 
@@ -214,17 +257,26 @@ class _ConverterLoader:
         self.future: Future[GrayConverter] | None = None
 
     def start(self) -> Future[GrayConverter]:
-        """Starts loading (once) in a background thread; the future holds the converter."""
+        """Starts loading (once) in a background thread; the future holds the converter.
+
+        On the CPU (`cpu`, and `auto`: see `uses_standalone_cpu`) the torch-free converter is
+        ready at once where it was built.
+        """
         with self._lock:
             if self.future is None:
                 self.future = Future()
-                threading.Thread(target=self._load, name="imgops-device-start").start()
+                standalone = standalone_cpu_converter() if self._device in ("auto", "cpu") else None
+                if standalone is not None:
+                    self.future.set_result(standalone)
+                else:
+                    threading.Thread(target=self._load, name="imgops-device-start").start()
             return self.future
 
     def _load(self) -> None:
         assert self.future is not None
         try:
-            converter = GrayConverter(self._device, torch_threads=self._torch_threads)
+            device = "cpu" if self._device == "auto" else self._device  # see start()
+            converter = GrayConverter(device, torch_threads=self._torch_threads)
         except BaseException as error:  # reported once by run_gray
             self.future.set_exception(error)
         else:

@@ -15,7 +15,7 @@ import click
 
 from ..cli_common import (
     Reporter,
-    device_option,
+    gray_device_option,
     overwrite_option,
     quiet_option,
     skip_existing_option,
@@ -257,7 +257,7 @@ def _report(reporter: Reporter, result) -> None:
     metavar="FILE",
     help="Write counts, device and seconds per stage as JSON to FILE (for benchmarks).",
 )
-@device_option
+@gray_device_option
 @overwrite_option
 @skip_existing_option
 @quiet_option

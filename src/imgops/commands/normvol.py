@@ -275,13 +275,16 @@ def _smaller_chunks_on_gpu_oom(run, plan, path: Path, device, reporter):
         except torch.OutOfMemoryError:
             if device.type != "cuda" or plan.slices_per_chunk == 1:
                 raise
-            smaller = plan.halved()
-            torch.cuda.empty_cache()
-            reporter.info(
-                f"{path}: out of GPU memory with {plan.slices_per_chunk} slices per chunk; "
-                f"retrying with {smaller.slices_per_chunk}"
-            )
-            plan = smaller
+        # Out of the except block: the failed try's device buffers are referenced only by the
+        # traceback's frames (a cycle through the recorded error); collect them, then hand the
+        # cached blocks back so the smaller try has the whole device.
+        _release_device_memory(device)
+        smaller = plan.halved()
+        reporter.info(
+            f"{path}: out of GPU memory with {plan.slices_per_chunk} slices per chunk; "
+            f"retrying with {smaller.slices_per_chunk}"
+        )
+        plan = smaller
 
 
 def _out_of_memory_advice(error: BaseException, device) -> str:
@@ -295,10 +298,13 @@ def _out_of_memory_advice(error: BaseException, device) -> str:
 
 
 def _release_device_memory(device) -> None:
-    """Hands the caching allocator's blocks back to the driver between files on CUDA."""
+    """Frees unreachable tensors and hands the cached blocks back to the driver (CUDA only)."""
     if device.type == "cuda":
+        import gc
+
         import torch
 
+        gc.collect()  # a failed stream leaves its buffers in a traceback cycle
         torch.cuda.empty_cache()
 
 
