@@ -1,5 +1,5 @@
 """Ahead-of-time build of imgops._C (CUDAExtension when a matching nvcc is present, else CPU
-only) and of imgops._gray_cpu, the torch-free CPU luma module of the command line.
+only) and of imgops._cli_kernels, the command line's torch-free CPU kernels.
 
 Environment:
   FORCE_CUDA=1       fail instead of falling back to a CPU-only build (CI sets it)
@@ -22,7 +22,7 @@ from setuptools.command.build_py import build_py
 
 ROOT = Path(__file__).resolve().parent
 CSRC = Path("csrc")
-STANDALONE_GRAY = "imgops._gray_cpu"
+CLI_KERNELS = "imgops._cli_kernels"
 
 
 def _load_build_support():
@@ -77,11 +77,11 @@ def make_extension(with_cuda: bool):
     )
 
 
-def make_standalone_gray():
-    """imgops._gray_cpu: the CPU luma loops as a plain CPython module (no torch: fast start-up)."""
+def make_cli_kernels():
+    """imgops._cli_kernels: luma and PNG filters as a plain CPython module (no torch)."""
     return Extension(
-        name=STANDALONE_GRAY,
-        sources=[f"{CSRC}/standalone/gray_module.cpp"],
+        name=CLI_KERNELS,
+        sources=[f"{CSRC}/standalone/module.cpp"],
         include_dirs=[str(ROOT / CSRC)],
         extra_compile_args=["-O3", "-ffp-contract=off"],
         language="c++",
@@ -92,7 +92,7 @@ class BuildImgopsExtension(BuildExtension):
     """Builds _C, falls back to CPU only when the CUDA part fails, and records build metadata."""
 
     def build_extension(self, ext):
-        if ext.name == STANDALONE_GRAY:
+        if ext.name == CLI_KERNELS:
             super().build_extension(ext)
             return
         with_cuda = PLAN.enabled
@@ -141,7 +141,7 @@ class BuildPyWithSources(build_py):
 
 
 setup(
-    ext_modules=[make_extension(PLAN.enabled), make_standalone_gray()],
+    ext_modules=[make_extension(PLAN.enabled), make_cli_kernels()],
     cmdclass={
         "build_ext": BuildImgopsExtension.with_options(use_ninja=True),
         "build_py": BuildPyWithSources,

@@ -46,7 +46,7 @@ __global__ void gray_naive(const uint8_t* in, uint8_t* out, int64_t n) {
 }
 
 // A: each thread 48 contiguous bytes (three uint4), unroll U, grid-stride (the shipped kernel).
-template <int U>
+template <int U, bool kStreaming = false>
 __global__ void gray_thread48(const uint4* in, uint4* out, int64_t groups) {
   const int64_t total = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t g0 = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; g0 < groups;
@@ -61,7 +61,13 @@ __global__ void gray_thread48(const uint4* in, uint4* out, int64_t groups) {
 #pragma unroll
     for (int k = 0; k < U; ++k) {
       const int64_t g = g0 + k * total;
-      if (g < groups) out[g] = gray16(w[k]);
+      if (g < groups) {
+        if (kStreaming) {
+          __stcs(out + g, gray16(w[k]));
+        } else {
+          out[g] = gray16(w[k]);
+        }
+      }
     }
   }
 }
@@ -119,7 +125,7 @@ struct Div {
 
 // Normalise V values per thread per step (V = 4: 8-byte loads; V = 8: 16-byte loads), U steps in
 // flight, grid-stride or one pass.
-template <int V, int U, bool kStride, bool kRecip>
+template <int V, int U, bool kStride, bool kRecip, bool kStreaming = false>
 __global__ void norm_vec(const uint16_t* in, float* out, int64_t groups, Div div) {
   using Load = typename std::conditional<V == 4, uint2, uint4>::type;
   const int64_t total = static_cast<int64_t>(gridDim.x) * blockDim.x;
@@ -140,9 +146,15 @@ __global__ void norm_vec(const uint16_t* in, float* out, int64_t groups, Div div
         const uint16_t* x = reinterpret_cast<const uint16_t*>(&w[k]);
         float4* o = reinterpret_cast<float4*>(out) + g * (V / 4);
 #pragma unroll
-        for (int h = 0; h < V / 4; ++h)
-          o[h] = make_float4(div(x[4 * h], kRecip), div(x[4 * h + 1], kRecip),
-                             div(x[4 * h + 2], kRecip), div(x[4 * h + 3], kRecip));
+        for (int h = 0; h < V / 4; ++h) {
+          const float4 v = make_float4(div(x[4 * h], kRecip), div(x[4 * h + 1], kRecip),
+                                       div(x[4 * h + 2], kRecip), div(x[4 * h + 3], kRecip));
+          if (kStreaming) {
+            __stcs(o + h, v);  // evict-first: the output is not read again
+          } else {
+            o[h] = v;
+          }
+        }
       }
     }
     if (!kStride) break;
@@ -264,6 +276,16 @@ int main() {
   gray_case("gray thread48 U1 one pass", [&](int r) {
     gray_thread48<1><<<(groups + kThreads - 1) / kThreads, kThreads>>>(in4(r), out4, groups);
   });
+  gray_case("gray thread48 U1 one pass, streaming stores", [&](int r) {
+    gray_thread48<1, true><<<(groups + kThreads - 1) / kThreads, kThreads>>>(in4(r), out4, groups);
+  });
+  for (int threads : {128, 512}) {
+    char name[64];
+    std::snprintf(name, sizeof name, "gray thread48 U1 one pass, %d threads/block", threads);
+    gray_case(name, [&](int r) {
+      gray_thread48<1><<<(groups + threads - 1) / threads, threads>>>(in4(r), out4, groups);
+    });
+  }
   const int64_t warps_per_block = kThreads / 32;
   for (int per_sm : {8, 16}) {
     char name[64];
@@ -369,6 +391,22 @@ int main() {
   norm_case("norm V4 U4 one pass recip", [&](int r) {
     norm_vec<4, 4, false, true>
         <<<(n / 4 + 4 * kThreads - 1) / (4 * kThreads), kThreads>>>(vol[r], nout, n / 4, div);
+  });
+  norm_case("norm V4 U1 one pass div, streaming stores", [&](int r) {
+    norm_vec<4, 1, false, false, true>
+        <<<(n / 4 + kThreads - 1) / kThreads, kThreads>>>(vol[r], nout, n / 4, div);
+  });
+  for (int threads : {128, 512, 1024}) {
+    char name[64];
+    std::snprintf(name, sizeof name, "norm V4 U1 one pass div, %d threads/block", threads);
+    norm_case(name, [&](int r) {
+      norm_vec<4, 1, false, false>
+          <<<(n / 4 + threads - 1) / threads, threads>>>(vol[r], nout, n / 4, div);
+    });
+  }
+  norm_case("norm V4 U2 one pass div, streaming stores", [&](int r) {
+    norm_vec<4, 2, false, false, true>
+        <<<(n / 4 + 2 * kThreads - 1) / (2 * kThreads), kThreads>>>(vol[r], nout, n / 4, div);
   });
   std::printf("reciprocal+fma exact on all ranges tried: %s\n", all_recip_exact ? "yes" : "NO");
   return 0;

@@ -68,17 +68,27 @@ if wants bench; then
   run_stage bench $PY -m imgops.cli bench --device cuda
   tail -n 40 "$OUT/bench.log"
 fi
-if wants pipeline; then  # 20 copies of each sample photo: imgops gray vs the OpenCV pool
-  rm -rf /tmp/imgops-photos && mkdir -p /tmp/imgops-photos
+if wants pipeline; then  # imgops gray vs the OpenCV pool: 20 copies of every sample, 60 of each JPEG
+  rm -rf /tmp/imgops-photos /tmp/imgops-jpegs && mkdir -p /tmp/imgops-photos /tmp/imgops-jpegs
   for i in $(seq 1 20); do for f in samples/*.jpg samples/*.png; do
     cp "$f" "/tmp/imgops-photos/$i-$(basename "$f")"; done; done
-  for dev in cuda cpu; do
-    run_stage "pipeline-$dev" $PY -m imgops.cli bench --pipeline /tmp/imgops-photos --reps 3 --gray-device "$dev"
-    tail -n 12 "$OUT/pipeline-$dev.log"
+  for i in $(seq 1 60); do for f in samples/*.jpg; do
+    cp "$f" "/tmp/imgops-jpegs/$i-$(basename "$f")"; done; done
+  for run in "photos cpu" "photos cuda" "jpegs cpu" "jpegs cpu 1"; do
+    set -- $run
+    name="pipeline-$1-$2${3:+-level$3}"
+    run_stage "$name" bash -c "$PY -m imgops.cli bench --pipeline /tmp/imgops-$1 --reps 3 \
+      --gray-device $2 ${3:+--png-level $3} --json > /tmp/$name.json"
+    $PY -c "import json,sys; d=json.load(open(sys.argv[1])); [print(sys.argv[2], r['tool'], \
+      round(r['wall_s'],2), 's', r['output_bytes'], 'B', r.get('check', ''), \
+      {k: round(v, 2) for k, v in (r.get('stages') or {}).items()}) for r in d['runs']]" \
+      "/tmp/$name.json" "$name" | tee -a "$SUMMARY"
   done
 fi
 if wants volume && [ -f benchmarks/volume_bench.py ]; then
-  run_stage volume $PY benchmarks/volume_bench.py --size-gb "${VOLUME_GB:-16}" --device cuda --workdir /tmp/imgops-vol
+  run_stage volume $PY benchmarks/volume_bench.py --size-gb "${VOLUME_GB:-16}" --device cuda \
+    --workdir /tmp/imgops-vol --modes "${VOLUME_MODES:-fixed}"
+  cat "$OUT/volume.log" | tee -a "$SUMMARY"
 fi
 echo "==== summary"
 cat "$SUMMARY"

@@ -1,4 +1,4 @@
-"""imgops._gray_cpu, the torch-free CPU luma module the command line uses.
+"""imgops._cli_kernels, the torch-free CPU luma module the command line uses.
 
 It must give exactly the formula's bits (and so the torch op's), for every uint8 pixel, for
 uint16, for both channel orders and every length (the SIMD loops have tails), refuse
@@ -17,7 +17,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from imgops import _gray_cpu
+from imgops import _cli_kernels
 from imgops.io.images import DecodedImage
 from imgops.pipeline import StandaloneCpuConverter
 
@@ -33,7 +33,7 @@ def formula(rgb: np.ndarray) -> np.ndarray:
 
 def gray(rgb: np.ndarray, bgr: bool = False, isa: str = "best") -> np.ndarray:
     out = np.empty(rgb.shape[:-1], dtype=rgb.dtype)
-    _gray_cpu.rgb_to_gray(np.ascontiguousarray(rgb), out, rgb.itemsize, bgr, isa)
+    _cli_kernels.rgb_to_gray(np.ascontiguousarray(rgb), out, rgb.itemsize, bgr, isa)
     return out
 
 
@@ -93,7 +93,7 @@ def test_equals_the_torch_op_on_a_real_photo():
 
     bgr = cv2.imread(str(SAMPLES / "flower_rgb_3mp.png"), cv2.IMREAD_COLOR)
     expected = imgops.rgb_to_gray(torch.from_numpy(bgr), "bgr").numpy()
-    converter = StandaloneCpuConverter(_gray_cpu)
+    converter = StandaloneCpuConverter(_cli_kernels)
     got, note = converter.convert_noting(DecodedImage(pixels=bgr, channel_order="bgr"))
     assert note is None
     np.testing.assert_array_equal(got, expected)
@@ -111,14 +111,14 @@ def test_equals_the_torch_op_on_a_real_photo():
 def test_malformed_buffers_are_refused(src, dst, itemsize, problem):
     isa = "sse4.1" if problem == "no loop" else "best"
     with pytest.raises(ValueError, match=problem):
-        _gray_cpu.rgb_to_gray(src, dst, itemsize, False, isa)
+        _cli_kernels.rgb_to_gray(src, dst, itemsize, False, isa)
 
 
 def test_read_only_output_is_refused():
     dst = np.zeros(2, np.uint8)
     dst.flags.writeable = False
     with pytest.raises((TypeError, BufferError, ValueError)):
-        _gray_cpu.rgb_to_gray(np.zeros(6, np.uint8), dst, 1, False)
+        _cli_kernels.rgb_to_gray(np.zeros(6, np.uint8), dst, 1, False)
 
 
 def test_gray_on_the_cpu_never_imports_torch(tmp_path: Path):

@@ -199,3 +199,58 @@ def test_stdlib_fallback_gives_identical_pixels(monkeypatch: pytest.MonkeyPatch)
 )
 def test_random_images_round_trip(image: np.ndarray, level: int) -> None:
     _assert_round_trip(image, level)
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    rows=st.integers(1, 12),
+    row_pixels=st.integers(1, 90),
+    bpp=st.sampled_from([1, 2, 3, 4, 6, 8]),
+    mode=st.sampled_from(["adaptive", "none", "sub", "up", "avg"]),
+    smooth=st.booleans(),
+    seed=st.integers(0, 2**32 - 1),
+)
+def test_cpp_row_filters_equal_the_numpy_ones_byte_for_byte(
+    rows: int, row_pixels: int, bpp: int, mode: str, smooth: bool, seed: int
+) -> None:
+    kernels = png._cli_kernels()
+    if kernels is None:
+        pytest.skip("imgops._cli_kernels was not built (just-in-time install)")
+    rng = np.random.default_rng(seed)
+    row_bytes = row_pixels * bpp
+    data = rng.integers(0, 256, (rows + 1, row_bytes), dtype=np.uint8)
+    if smooth:  # photo-like rows, where the adaptive choice varies from row to row
+        data = np.cumsum(rng.integers(-3, 4, (rows + 1, row_bytes)), axis=1).astype(np.uint8)
+    if seed % 3 == 0:
+        data[0] = 0  # the first strip of an image has zeros above it
+    codes = {"adaptive": -1, "none": 0, "sub": 1, "up": 2, "avg": 3}
+    expected = np.empty((rows, row_bytes + 1), dtype=np.uint8)
+    work = np.empty((4, rows, row_bytes), dtype=np.uint8)
+    png._filter_strip(mode, data[1:], data[:-1], bpp, expected, work)
+    got = np.full((rows, row_bytes + 1), 7, dtype=np.uint8)
+    kernels.png_filter_rows(data, got, rows, row_bytes, bpp, codes[mode])
+    np.testing.assert_array_equal(got, expected)
+
+
+def test_cpp_and_numpy_encoders_write_the_same_file(monkeypatch: pytest.MonkeyPatch) -> None:
+    if png._cli_kernels() is None:
+        pytest.skip("imgops._cli_kernels was not built (just-in-time install)")
+    gray = _gray_sample("flower_rgb_3mp.png")
+    fast = {level: png.encode_png(gray, level=level) for level in (0, 1, 2, 6)}
+    monkeypatch.setattr(png, "_cli_kernels", lambda: None)
+    for level, data in fast.items():
+        assert png.encode_png(gray, level=level) == data, level
+
+
+def test_cpp_row_filters_refuse_bad_arguments() -> None:
+    kernels = png._cli_kernels()
+    if kernels is None:
+        pytest.skip("imgops._cli_kernels was not built (just-in-time install)")
+    rows, out = np.zeros((3, 8), np.uint8), np.zeros((2, 9), np.uint8)
+    for args, problem in [
+        ((rows, out, 3, 8, 1, 0), "needs"),  # 3 rows need 4 input rows
+        ((rows, out, 2, 8, 9, 0), "bpp"),
+        ((rows, out, 2, 8, 1, 4), "filter"),
+    ]:
+        with pytest.raises(ValueError, match=problem):
+            kernels.png_filter_rows(*args)

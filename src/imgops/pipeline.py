@@ -1,7 +1,7 @@
 """The gray batch pipeline: decode threads -> device -> encode threads -> atomic writes.
 
 One process serves the whole batch. On the CPU (`--device cpu`, and `auto`) the conversion runs
-in imgops._gray_cpu, the torch op's own loops without torch, so the batch never imports torch:
+in imgops._cli_kernels, the torch op's own loops without torch, so the batch never imports torch:
 for JPEG/PNG files the conversion is a few percent of a file's time, and starting torch (and
 CUDA, and copying each image there and back) costs more than it could save. With
 `--device cuda` torch and CUDA start once, in the background, when the first colour image needs
@@ -207,7 +207,7 @@ class GrayConverter:
 
 
 class StandaloneCpuConverter:
-    """The CPU device stage without torch: imgops._gray_cpu, the torch op's own loops.
+    """The CPU device stage without torch: imgops._cli_kernels, the torch op's own loops.
 
     Starts in microseconds where the torch path first waits seconds for `import torch`; gives
     the same bits (tests/test_gray_standalone.py). One image per call, GIL released.
@@ -235,13 +235,13 @@ class StandaloneCpuConverter:
 
 def standalone_cpu_converter() -> StandaloneCpuConverter | None:
     """The torch-free CPU converter, or None where the package was built without it (JIT)."""
-    if os.environ.get("IMGOPS_NO_STANDALONE"):
+    if os.environ.get("IMGOPS_NO_CLI_KERNELS"):
         return None
     try:
-        from . import _gray_cpu
+        from . import _cli_kernels
     except ImportError:
         return None
-    return StandaloneCpuConverter(_gray_cpu)
+    return StandaloneCpuConverter(_cli_kernels)
 
 
 class _ConverterLoader:

@@ -1,4 +1,4 @@
-"""A fast PNG encoder: vectorised per-row filtering (numpy) and a fast deflate, standard output.
+"""A fast PNG encoder: one-pass row filters (C++, numpy where not built), a fast deflate.
 
 Writes gray (color type 0), gray+alpha (4), RGB (2) and RGBA (6) images of 8 or 16 bits (16-bit
 samples big-endian, as PNG requires), as IHDR, IDAT... and IEND chunks that every reader opens.
@@ -184,6 +184,31 @@ def _filter_strip(
             body[chosen] = work[i, :rows][chosen]
 
 
+_FILTER_CODES = {
+    "adaptive": -1,
+    "none": _FILTER_NONE,
+    "sub": _FILTER_SUB,
+    "up": _FILTER_UP,
+    "avg": _FILTER_AVG,
+}
+_cli_kernels_module: Any = None
+
+
+def _cli_kernels() -> Any:
+    """imgops._cli_kernels (the one-pass C++ row filters), or None where it was not built."""
+    global _cli_kernels_module
+    if _cli_kernels_module is None:
+        try:
+            if os.environ.get("IMGOPS_NO_CLI_KERNELS"):
+                raise ImportError("disabled by IMGOPS_NO_CLI_KERNELS")
+            from .. import _cli_kernels
+
+            _cli_kernels_module = _cli_kernels
+        except ImportError:
+            _cli_kernels_module = False
+    return _cli_kernels_module or None
+
+
 def _idat_stream(image: np.ndarray, level: int) -> Iterator[bytes]:
     """Yields the compressed, filtered image data (the concatenated IDAT payload) in pieces."""
     height, width = image.shape[:2]
@@ -199,12 +224,18 @@ def _idat_stream(image: np.ndarray, level: int) -> Iterator[bytes]:
     rows = np.zeros((strip + 1, row_bytes), dtype=np.uint8)
     samples = rows.view(">u2" if itemsize == 2 else np.uint8).reshape(strip + 1, width * channels)
     out = np.empty((strip, row_bytes + 1), dtype=np.uint8)
+    kernels = _cli_kernels()
     work = np.empty((4, strip, row_bytes), dtype=np.uint8) if mode == "adaptive" else out
+    if kernels is not None:
+        work = out
     flat = image.reshape(height, width * channels)
     for top in range(0, height, strip):
         count = min(strip, height - top)
         np.copyto(samples[1 : count + 1], flat[top : top + count])  # byte-swaps 16-bit samples
-        _filter_strip(mode, rows[1 : count + 1], rows[:count], bpp, out[:count], work)
+        if kernels is not None:  # one pass per row in C++; the same bytes as _filter_strip
+            kernels.png_filter_rows(rows, out, count, row_bytes, bpp, _FILTER_CODES[mode])
+        else:
+            _filter_strip(mode, rows[1 : count + 1], rows[:count], bpp, out[:count], work)
         piece = compressor.compress(out[:count])
         if piece:
             yield piece
