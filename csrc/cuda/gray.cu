@@ -33,6 +33,7 @@ __device__ __forceinline__ T gray_pixel(T c0, T c1, T c2) {
 // One group = 16 / sizeof(T) pixels: 48 bytes in (three 16-byte loads), 16 bytes out. One
 // group per thread over a grid that covers them all: every SM's warps keep their loads in
 // flight, which beat fewer threads with more groups each (benchmarks/kernel_variants.cu).
+// Streaming stores: the output is not read again.
 template <typename T, bool kBgr>
 __global__ void gray_vector_kernel(const T* __restrict__ in, T* __restrict__ out,
                                    int64_t groups) {
@@ -46,7 +47,7 @@ __global__ void gray_vector_kernel(const T* __restrict__ in, T* __restrict__ out
     for (int i = 0; i < kPixels; ++i) {
       y.v[i] = gray_pixel<T, kBgr>(px.v[3 * i], px.v[3 * i + 1], px.v[3 * i + 2]);
     }
-    store_vec<T, kPixels>(out + g * kPixels, y);
+    store_vec_streaming<T, kPixels>(out + g * kPixels, y);
   }
 }
 

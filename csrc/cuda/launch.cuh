@@ -35,9 +35,9 @@ inline int64_t grid_size(int64_t work_items) {
 // which the kernels' grid-stride loops take over). Measured on the H200 for the streaming
 // kernels: 98-101 % of copy bandwidth, against 87-94 % for a few resident blocks that loop
 // (benchmarks/kernel_variants.cu).
-inline int64_t full_grid_size(int64_t work_items) {
+inline int64_t full_grid_size(int64_t work_items, int64_t threads = kThreadsPerBlock) {
   constexpr int64_t kMaxBlocks = 0x7fffffff;
-  const int64_t needed = (work_items + kThreadsPerBlock - 1) / kThreadsPerBlock;
+  const int64_t needed = (work_items + threads - 1) / threads;
   return needed < 1 ? 1 : (needed < kMaxBlocks ? needed : kMaxBlocks);
 }
 
@@ -69,6 +69,25 @@ __device__ __forceinline__ void store_vec(T* dst, const Vec<T, kCount>& src) {
     for (int i = 0; i < kCount; ++i) {
       dst[i] = src.v[i];
     }
+  }
+}
+
+// store_vec with streaming (evict-first) stores: for outputs the kernel never reads again, so
+// they do not push inputs still to be read out of the L2 cache.
+template <typename T, int kCount>
+__device__ __forceinline__ void store_vec_streaming(T* dst, const Vec<T, kCount>& src) {
+  constexpr int kBytes = sizeof(T) * kCount;
+  if constexpr (kBytes % 16 == 0) {
+    const uint4* s = reinterpret_cast<const uint4*>(&src);
+    uint4* d = reinterpret_cast<uint4*>(dst);
+#pragma unroll
+    for (int i = 0; i < kBytes / 16; ++i) {
+      __stcs(d + i, s[i]);
+    }
+  } else if constexpr (kBytes == 8) {
+    __stcs(reinterpret_cast<uint2*>(dst), *reinterpret_cast<const uint2*>(&src));
+  } else {
+    store_vec<T, kCount>(dst, src);
   }
 }
 
