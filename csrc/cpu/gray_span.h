@@ -2,8 +2,8 @@
 // splits the pixels over at::parallel_for) and the torch-free module the command line uses
 // (standalone/gray_module.cpp), so both give the same bits by construction.
 // Integer and float types go through one loop the compiler vectorises, built twice (baseline
-// x86-64 and AVX2) and picked at run time; uint8 on x86 takes the hand-written AVX2 or SSE4.1
-// loops (gray_u8_avx2.h, gray_u8_sse.h).
+// x86-64 and AVX2) and picked at run time; uint8 and uint16 on x86 take the hand-written loops
+// (gray_u8_avx2.h, gray_u8_sse.h, gray_u16_avx2.h).
 #pragma once
 
 #include <cstdint>
@@ -11,6 +11,7 @@
 #include <type_traits>
 
 #include "../luma.h"
+#include "gray_u16_avx2.h"
 #include "gray_u8_avx2.h"
 #include "gray_u8_sse.h"
 
@@ -60,10 +61,10 @@ inline bool cpu_has_avx2() {
 template <typename T>
 using GraySpanFn = void (*)(const T*, T*, int64_t);
 
-// The loop for T, the channel order and an instruction set: "baseline" (the compiler's loop for
-// x86-64), "sse4.1" (uint8 only: gray_u8_sse.h), "avx2" (uint8: gray_u8_avx2.h; other types:
-// the compiler's loop for AVX2), or "best" (the fastest this CPU runs). nullptr when the CPU or
-// the type lacks that loop. Tests name each loop so that all of them are checked.
+// The loop for T, the channel order and an instruction set: "baseline" (the compiler's loop
+// for x86-64), "sse4.1" (uint8 only: gray_u8_sse.h), "avx2" (uint8: gray_u8_avx2.h, uint16:
+// gray_u16_avx2.h, float types: the compiler's loop for AVX2), or "best" (the fastest this CPU
+// runs). nullptr when the CPU or the type lacks that loop. Tests name each loop to check each.
 template <typename T, bool kBgr>
 GraySpanFn<T> gray_span_for(const char* isa) {
   const std::string_view want(isa);
@@ -72,6 +73,8 @@ GraySpanFn<T> gray_span_for(const char* isa) {
   if ((best || want == "avx2") && cpu_has_avx2()) {
     if constexpr (std::is_same_v<T, uint8_t>) {
       return &gray_u8_avx2<kBgr>;  // hand-vectorised, 32 pixels a step
+    } else if constexpr (std::is_same_v<T, uint16_t>) {
+      return &gray_u16_avx2<kBgr>;  // hand-vectorised, 16 pixels a step
     } else {
       return &gray_span_avx2<T, kBgr>;
     }
