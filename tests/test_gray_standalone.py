@@ -7,6 +7,7 @@ malformed buffers, and let `imgops gray` on the CPU run without importing torch.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -142,3 +143,25 @@ def test_gray_on_the_cpu_never_imports_torch(tmp_path: Path):
         np.testing.assert_array_equal(
             cv2.imread(str(out), cv2.IMREAD_UNCHANGED), formula(bgr[..., ::-1])
         )
+
+
+def test_without_the_module_gray_falls_back_to_the_torch_kernels(tmp_path: Path):
+    probe = (
+        "import atexit, sys\n"
+        "atexit.register(lambda: print('TORCH' if 'torch' in sys.modules else 'NO-TORCH',"
+        " file=sys.stderr))\n"
+        "from imgops.cli import main\n"
+        "main()\n"
+    )
+    out = tmp_path / "torch.png"
+    result = subprocess.run(
+        [sys.executable, "-c", probe, "gray", str(SAMPLES / "rocket_baseline_rgb.jpg"),
+         "-o", str(out)],
+        capture_output=True, text=True, env={**os.environ, "IMGOPS_NO_CLI_KERNELS": "1"},
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert result.stderr.strip().splitlines()[-1] == "TORCH", result.stderr
+    bgr = cv2.imread(str(SAMPLES / "rocket_baseline_rgb.jpg"), cv2.IMREAD_COLOR)
+    np.testing.assert_array_equal(
+        cv2.imread(str(out), cv2.IMREAD_UNCHANGED), formula(bgr[..., ::-1])
+    )
