@@ -52,15 +52,15 @@ __attribute__((target("avx2"))) inline __m256i avx2_luma8(__m256i rg, __m256i bk
 template <bool kBgr>
 __attribute__((target("avx2"))) void gray_u8_avx2(const uint8_t* __restrict in,
                                                  uint8_t* __restrict out, int64_t n) {
-  const __m256i m0a = avx2_both_lanes(_mm_setr_epi8(0, 3, 6, 9, 12, 15, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1));
-  const __m256i m0b = avx2_both_lanes(_mm_setr_epi8(-1, -1, -1, -1, -1, -1, 2, 5, 8, 11, 14, -1, -1, -1, -1, -1));
-  const __m256i m0c = avx2_both_lanes(_mm_setr_epi8(-1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, 1, 4, 7, 10, 13));
-  const __m256i m1a = avx2_both_lanes(_mm_setr_epi8(1, 4, 7, 10, 13, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1));
-  const __m256i m1b = avx2_both_lanes(_mm_setr_epi8(-1, -1, -1, -1, -1, 0, 3, 6, 9, 12, 15, -1, -1, -1, -1, -1));
-  const __m256i m1c = avx2_both_lanes(_mm_setr_epi8(-1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, 2, 5, 8, 11, 14));
-  const __m256i m2a = avx2_both_lanes(_mm_setr_epi8(2, 5, 8, 11, 14, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1));
-  const __m256i m2b = avx2_both_lanes(_mm_setr_epi8(-1, -1, -1, -1, -1, 1, 4, 7, 10, 13, -1, -1, -1, -1, -1, -1));
-  const __m256i m2c = avx2_both_lanes(_mm_setr_epi8(-1, -1, -1, -1, -1, -1, -1, -1, -1, -1, 0, 3, 6, 9, 12, 15));
+  const __m256i m0a = avx2_both_lanes(u8_channel_mask(0, 0));
+  const __m256i m0b = avx2_both_lanes(u8_channel_mask(0, 1));
+  const __m256i m0c = avx2_both_lanes(u8_channel_mask(0, 2));
+  const __m256i m1a = avx2_both_lanes(u8_channel_mask(1, 0));
+  const __m256i m1b = avx2_both_lanes(u8_channel_mask(1, 1));
+  const __m256i m1c = avx2_both_lanes(u8_channel_mask(1, 2));
+  const __m256i m2a = avx2_both_lanes(u8_channel_mask(2, 0));
+  const __m256i m2b = avx2_both_lanes(u8_channel_mask(2, 1));
+  const __m256i m2c = avx2_both_lanes(u8_channel_mask(2, 2));
   const __m256i k125 = _mm256_set1_epi8(static_cast<char>(kLumaK));
   int64_t p = 0;
   for (; p + 32 <= n; p += 32) {

@@ -41,27 +41,49 @@ __attribute__((target("sse4.1,ssse3"))) inline __m128i sse_luma8(__m128i rg, __m
                         kDiv125Shift);
 }
 
+// pshufb masks gathering channel k of 16 interleaved 8-bit pixels from the three 16-byte
+// pieces (a, b, c) that hold them: kU8ChannelMasks[k][piece], -1 where another piece supplies.
+alignas(16) constexpr int8_t kU8ChannelMasks[3][3][16] = {
+    {{0, 3, 6, 9, 12, 15, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1},
+     {-1, -1, -1, -1, -1, -1, 2, 5, 8, 11, 14, -1, -1, -1, -1, -1},
+     {-1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, 1, 4, 7, 10, 13}},
+    {{1, 4, 7, 10, 13, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1},
+     {-1, -1, -1, -1, -1, 0, 3, 6, 9, 12, 15, -1, -1, -1, -1, -1},
+     {-1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, 2, 5, 8, 11, 14}},
+    {{2, 5, 8, 11, 14, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1},
+     {-1, -1, -1, -1, -1, 1, 4, 7, 10, 13, -1, -1, -1, -1, -1, -1},
+     {-1, -1, -1, -1, -1, -1, -1, -1, -1, -1, 0, 3, 6, 9, 12, 15}},
+};
+
+inline __m128i u8_channel_mask(int channel, int piece) {
+  return _mm_load_si128(reinterpret_cast<const __m128i*>(kU8ChannelMasks[channel][piece]));
+}
+
+// One channel of 16 pixels gathered from the three pieces of interleaved bytes.
+__attribute__((target("sse4.1,ssse3"))) inline __m128i sse_pick(__m128i a, __m128i b, __m128i c,
+                                                               __m128i ma, __m128i mb,
+                                                               __m128i mc) {
+  return _mm_or_si128(_mm_or_si128(_mm_shuffle_epi8(a, ma), _mm_shuffle_epi8(b, mb)),
+                      _mm_shuffle_epi8(c, mc));
+}
+
 template <bool kBgr>
 __attribute__((target("sse4.1,ssse3"))) void gray_u8_sse(const uint8_t* __restrict in,
                                                          uint8_t* __restrict out, int64_t n) {
-  const __m128i m0a = _mm_setr_epi8(0, 3, 6, 9, 12, 15, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1);
-  const __m128i m0b = _mm_setr_epi8(-1, -1, -1, -1, -1, -1, 2, 5, 8, 11, 14, -1, -1, -1, -1, -1);
-  const __m128i m0c = _mm_setr_epi8(-1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, 1, 4, 7, 10, 13);
-  const __m128i m1a = _mm_setr_epi8(1, 4, 7, 10, 13, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1);
-  const __m128i m1b = _mm_setr_epi8(-1, -1, -1, -1, -1, 0, 3, 6, 9, 12, 15, -1, -1, -1, -1, -1);
-  const __m128i m1c = _mm_setr_epi8(-1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, 2, 5, 8, 11, 14);
-  const __m128i m2a = _mm_setr_epi8(2, 5, 8, 11, 14, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1);
-  const __m128i m2b = _mm_setr_epi8(-1, -1, -1, -1, -1, 1, 4, 7, 10, 13, -1, -1, -1, -1, -1, -1);
-  const __m128i m2c = _mm_setr_epi8(-1, -1, -1, -1, -1, -1, -1, -1, -1, -1, 0, 3, 6, 9, 12, 15);
+  const __m128i m0a = u8_channel_mask(0, 0), m0b = u8_channel_mask(0, 1);
+  const __m128i m0c = u8_channel_mask(0, 2), m1a = u8_channel_mask(1, 0);
+  const __m128i m1b = u8_channel_mask(1, 1), m1c = u8_channel_mask(1, 2);
+  const __m128i m2a = u8_channel_mask(2, 0), m2b = u8_channel_mask(2, 1);
+  const __m128i m2c = u8_channel_mask(2, 2);
   const __m128i k125 = _mm_set1_epi8(static_cast<char>(kLumaK));
   int64_t p = 0;
   for (; p + 16 <= n; p += 16) {
     const __m128i a = _mm_loadu_si128((const __m128i*)(in + 3 * p));
     const __m128i b = _mm_loadu_si128((const __m128i*)(in + 3 * p + 16));
     const __m128i c = _mm_loadu_si128((const __m128i*)(in + 3 * p + 32));
-    const __m128i c0 = _mm_or_si128(_mm_or_si128(_mm_shuffle_epi8(a, m0a), _mm_shuffle_epi8(b, m0b)), _mm_shuffle_epi8(c, m0c));
-    const __m128i c1 = _mm_or_si128(_mm_or_si128(_mm_shuffle_epi8(a, m1a), _mm_shuffle_epi8(b, m1b)), _mm_shuffle_epi8(c, m1c));
-    const __m128i c2 = _mm_or_si128(_mm_or_si128(_mm_shuffle_epi8(a, m2a), _mm_shuffle_epi8(b, m2b)), _mm_shuffle_epi8(c, m2c));
+    const __m128i c0 = sse_pick(a, b, c, m0a, m0b, m0c);
+    const __m128i c1 = sse_pick(a, b, c, m1a, m1b, m1c);
+    const __m128i c2 = sse_pick(a, b, c, m2a, m2b, m2c);
     const __m128i r = kBgr ? c2 : c0;
     const __m128i bl = kBgr ? c0 : c2;
     const __m128i lo = sse_luma8(_mm_unpacklo_epi8(r, c1), _mm_unpacklo_epi8(bl, k125));

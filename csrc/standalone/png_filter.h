@@ -36,13 +36,19 @@ inline void filter_row(int filter, const uint8_t* __restrict cur, const uint8_t*
   switch (filter) {
     case kSub:
       std::memcpy(out, cur, head);
-      for (int64_t i = head; i < row_bytes; ++i) out[i] = static_cast<uint8_t>(cur[i] - cur[i - bpp]);
+      for (int64_t i = head; i < row_bytes; ++i) {
+        out[i] = static_cast<uint8_t>(cur[i] - cur[i - bpp]);
+      }
       break;
     case kUp:
-      for (int64_t i = 0; i < row_bytes; ++i) out[i] = static_cast<uint8_t>(cur[i] - up[i]);
+      for (int64_t i = 0; i < row_bytes; ++i) {
+        out[i] = static_cast<uint8_t>(cur[i] - up[i]);
+      }
       break;
     case kAverage:
-      for (int64_t i = 0; i < head; ++i) out[i] = static_cast<uint8_t>(cur[i] - (up[i] >> 1));
+      for (int64_t i = 0; i < head; ++i) {
+        out[i] = static_cast<uint8_t>(cur[i] - (up[i] >> 1));
+      }
       for (int64_t i = head; i < row_bytes; ++i) {
         out[i] = static_cast<uint8_t>(cur[i] - ((cur[i - bpp] + up[i]) >> 1));
       }
