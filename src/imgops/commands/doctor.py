@@ -25,12 +25,27 @@ def find_problems(info: dict) -> list[str]:
         )
     if info["torch_cuda"] and not info["nvcc_found"] and not info["cuda_kernels"]:
         problems.append("no nvcc found: set CUDA_HOME or put the CUDA toolkit's bin on PATH")
+    if info.get("cli_kernels") is False:
+        problems.append(
+            "imgops._cli_kernels is not built (a just-in-time install): `imgops gray` on the CPU "
+            "imports torch at start-up and filters PNG rows in numpy; reinstall imgops ahead of "
+            "time (pip install --no-build-isolation .) to build it"
+        )
     if info.get("rebuild_reason"):
         problems.append(
             f"the prebuilt extension was not used ({info['rebuild_reason']}); a just-in-time "
             "build was used instead. Reinstall imgops to rebuild it ahead of time"
         )
     return problems
+
+
+def cli_kernels_built() -> bool:
+    """Whether imgops._cli_kernels (the torch-free CPU kernels of the command line) imports."""
+    try:
+        from .. import _cli_kernels  # noqa: F401
+    except ImportError:
+        return False
+    return True
 
 
 @click.command()
@@ -47,7 +62,7 @@ def doctor(as_json: bool) -> None:
 
     from .._extension import build_info
 
-    info = build_info()
+    info = {**build_info(), "cli_kernels": cli_kernels_built()}
     problems = find_problems(info)
     if as_json:
         click.echo(json.dumps({**info, "problems": problems}, indent=2))
