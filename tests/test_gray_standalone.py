@@ -122,46 +122,38 @@ def test_read_only_output_is_refused():
         _cli_kernels.rgb_to_gray(np.zeros(6, np.uint8), dst, 1, False)
 
 
-def test_gray_on_the_cpu_never_imports_torch(tmp_path: Path):
-    probe = (
-        "import atexit, sys\n"
-        "atexit.register(lambda: print('TORCH' if 'torch' in sys.modules else 'NO-TORCH',"
-        " file=sys.stderr))\n"
-        "from imgops.cli import main\n"
-        "main()\n"
-    )
-    for device in ("auto", "cpu"):
-        out = tmp_path / f"{device}.png"
-        result = subprocess.run(
-            [sys.executable, "-c", probe, "gray", str(SAMPLES / "rocket_baseline_rgb.jpg"),
-             "-o", str(out), "--device", device],
-            capture_output=True, text=True,
-        )  # fmt: skip
-        assert result.returncode == 0, result.stderr
-        assert result.stderr.strip().splitlines()[-1] == "NO-TORCH", result.stderr
-        bgr = cv2.imread(str(SAMPLES / "rocket_baseline_rgb.jpg"), cv2.IMREAD_COLOR)
-        np.testing.assert_array_equal(
-            cv2.imread(str(out), cv2.IMREAD_UNCHANGED), formula(bgr[..., ::-1])
-        )
+ROCKET = SAMPLES / "rocket_baseline_rgb.jpg"
+_TORCH_PROBE = (
+    "import atexit, sys\n"
+    "atexit.register(lambda: print('TORCH' if 'torch' in sys.modules else 'NO-TORCH',"
+    " file=sys.stderr))\n"
+    "from imgops.cli import main\n"
+    "main()\n"
+)
 
 
-def test_without_the_module_gray_falls_back_to_the_torch_kernels(tmp_path: Path):
-    probe = (
-        "import atexit, sys\n"
-        "atexit.register(lambda: print('TORCH' if 'torch' in sys.modules else 'NO-TORCH',"
-        " file=sys.stderr))\n"
-        "from imgops.cli import main\n"
-        "main()\n"
-    )
-    out = tmp_path / "torch.png"
+def gray_in_a_process(out: Path, *args: str, env: dict | None = None) -> str:
+    """Runs `imgops gray ROCKET -o out ...` in a fresh process; checks the pixels written.
+
+    Returns TORCH or NO-TORCH: whether the process had imported torch when it exited.
+    """
     result = subprocess.run(
-        [sys.executable, "-c", probe, "gray", str(SAMPLES / "rocket_baseline_rgb.jpg"),
-         "-o", str(out)],
-        capture_output=True, text=True, env={**os.environ, "IMGOPS_NO_CLI_KERNELS": "1"},
+        [sys.executable, "-c", _TORCH_PROBE, "gray", str(ROCKET), "-o", str(out), *args],
+        capture_output=True, text=True, env={**os.environ, **(env or {})},
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
-    assert result.stderr.strip().splitlines()[-1] == "TORCH", result.stderr
-    bgr = cv2.imread(str(SAMPLES / "rocket_baseline_rgb.jpg"), cv2.IMREAD_COLOR)
+    bgr = cv2.imread(str(ROCKET), cv2.IMREAD_COLOR)
     np.testing.assert_array_equal(
         cv2.imread(str(out), cv2.IMREAD_UNCHANGED), formula(bgr[..., ::-1])
     )
+    return result.stderr.strip().splitlines()[-1]
+
+
+def test_gray_on_the_cpu_never_imports_torch(tmp_path: Path):
+    for device in ("auto", "cpu"):
+        assert gray_in_a_process(tmp_path / f"{device}.png", "--device", device) == "NO-TORCH"
+
+
+def test_without_the_module_gray_falls_back_to_the_torch_kernels(tmp_path: Path):
+    env = {"IMGOPS_NO_CLI_KERNELS": "1"}
+    assert gray_in_a_process(tmp_path / "torch.png", env=env) == "TORCH"

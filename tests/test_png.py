@@ -213,7 +213,7 @@ def test_random_images_round_trip(image: np.ndarray, level: int) -> None:
 def test_cpp_row_filters_equal_the_numpy_ones_byte_for_byte(
     rows: int, row_pixels: int, bpp: int, mode: str, smooth: bool, seed: int
 ) -> None:
-    kernels = png._cli_kernels()
+    kernels = png.cli_kernels()
     if kernels is None:
         pytest.skip("imgops._cli_kernels was not built (just-in-time install)")
     rng = np.random.default_rng(seed)
@@ -233,17 +233,17 @@ def test_cpp_row_filters_equal_the_numpy_ones_byte_for_byte(
 
 
 def test_cpp_and_numpy_encoders_write_the_same_file(monkeypatch: pytest.MonkeyPatch) -> None:
-    if png._cli_kernels() is None:
+    if png.cli_kernels() is None:
         pytest.skip("imgops._cli_kernels was not built (just-in-time install)")
     gray = _gray_sample("flower_rgb_3mp.png")
     fast = {level: png.encode_png(gray, level=level) for level in (0, 1, 2, 6)}
-    monkeypatch.setattr(png, "_cli_kernels", lambda: None)
+    monkeypatch.setattr(png, "cli_kernels", lambda: None)
     for level, data in fast.items():
         assert png.encode_png(gray, level=level) == data, level
 
 
 def test_cpp_row_filters_refuse_bad_arguments() -> None:
-    kernels = png._cli_kernels()
+    kernels = png.cli_kernels()
     if kernels is None:
         pytest.skip("imgops._cli_kernels was not built (just-in-time install)")
     rows, out = np.zeros((3, 8), np.uint8), np.zeros((2, 9), np.uint8)

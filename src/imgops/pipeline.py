@@ -33,6 +33,7 @@ from .io.images import (
     decode_image,
     encode_image,
 )
+from .native import cli_kernels
 
 __all__ = ["GrayConverter", "GrayJob", "JobResult", "PipelineSettings", "Summary", "run_gray"]
 
@@ -235,13 +236,8 @@ class StandaloneCpuConverter:
 
 def standalone_cpu_converter() -> StandaloneCpuConverter | None:
     """The torch-free CPU converter, or None where the package was built without it (JIT)."""
-    if os.environ.get("IMGOPS_NO_CLI_KERNELS"):
-        return None
-    try:
-        from . import _cli_kernels
-    except ImportError:
-        return None
-    return StandaloneCpuConverter(_cli_kernels)
+    module = cli_kernels()
+    return StandaloneCpuConverter(module) if module is not None else None
 
 
 class _ConverterLoader:
@@ -259,7 +255,7 @@ class _ConverterLoader:
     def start(self) -> Future[GrayConverter]:
         """Starts loading (once) in a background thread; the future holds the converter.
 
-        On the CPU (`cpu`, and `auto`: see `uses_standalone_cpu`) the torch-free converter is
+        On the CPU (`cpu`, and `auto`: see the module docstring) the torch-free converter is
         ready at once where it was built.
         """
         with self._lock:

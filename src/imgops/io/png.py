@@ -35,6 +35,8 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
+from ..native import cli_kernels
+
 __all__ = ["DEFAULT_LEVEL", "backend_info", "encode_png", "iter_png_chunks", "write_png"]
 
 DEFAULT_LEVEL = 2
@@ -191,22 +193,6 @@ _FILTER_CODES = {
     "up": _FILTER_UP,
     "avg": _FILTER_AVG,
 }
-_cli_kernels_module: Any = None
-
-
-def _cli_kernels() -> Any:
-    """imgops._cli_kernels (the one-pass C++ row filters), or None where it was not built."""
-    global _cli_kernels_module
-    if _cli_kernels_module is None:
-        try:
-            if os.environ.get("IMGOPS_NO_CLI_KERNELS"):
-                raise ImportError("disabled by IMGOPS_NO_CLI_KERNELS")
-            from .. import _cli_kernels
-
-            _cli_kernels_module = _cli_kernels
-        except ImportError:
-            _cli_kernels_module = False
-    return _cli_kernels_module or None
 
 
 def _idat_stream(image: np.ndarray, level: int) -> Iterator[bytes]:
@@ -224,10 +210,9 @@ def _idat_stream(image: np.ndarray, level: int) -> Iterator[bytes]:
     rows = np.zeros((strip + 1, row_bytes), dtype=np.uint8)
     samples = rows.view(">u2" if itemsize == 2 else np.uint8).reshape(strip + 1, width * channels)
     out = np.empty((strip, row_bytes + 1), dtype=np.uint8)
-    kernels = _cli_kernels()
-    work = np.empty((4, strip, row_bytes), dtype=np.uint8) if mode == "adaptive" else out
-    if kernels is not None:
-        work = out
+    kernels = cli_kernels()
+    numpy_adaptive = mode == "adaptive" and kernels is None
+    work = np.empty((4, strip, row_bytes), dtype=np.uint8) if numpy_adaptive else out
     flat = image.reshape(height, width * channels)
     for top in range(0, height, strip):
         count = min(strip, height - top)
