@@ -33,6 +33,7 @@ from .io.images import (
     decode_image,
     encode_image,
 )
+from .io.inputs import read_input_bytes, write_stream
 from .native import cli_kernels
 
 __all__ = ["GrayConverter", "GrayJob", "JobResult", "PipelineSettings", "Summary", "run_gray"]
@@ -429,8 +430,7 @@ class _Worker:
             if stream is None:
                 raise ValueError("no output stream for a job without a target")
             with self._stdout_lock:
-                stream.write(encoded)
-                stream.flush()
+                write_stream(stream, encoded)
             return
         settings = self.settings
         try:
@@ -452,10 +452,7 @@ class _Worker:
 def _read_bytes(path: Path | None) -> bytes:
     if path is None:
         raise ValueError("a job needs a source path or data")
-    if path.is_dir():
-        raise IsADirectoryError(21, "is a directory", str(path))
-    with open(path, "rb") as handle:
-        return handle.read()
+    return read_input_bytes(path)
 
 
 def _describe_os_error(error: OSError, job: GrayJob) -> str:
