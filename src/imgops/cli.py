@@ -5,8 +5,6 @@ torch, cv2 and tifffile are imported lazily, inside the commands, so `imgops --h
 
 from __future__ import annotations
 
-import os
-import signal
 import sys
 
 import click
@@ -16,6 +14,7 @@ from .commands.bench import bench
 from .commands.doctor import doctor
 from .commands.gray import gray
 from .commands.normvol import normvol
+from .io import signals
 from .io.atomic import remove_pending_temporaries
 
 
@@ -60,14 +59,9 @@ cli.add_command(bench)
 cli.add_command(doctor)
 
 
-def _terminate(signum: int, frame) -> None:
-    remove_pending_temporaries()
-    os._exit(128 + signum)
-
-
 def main() -> None:
     """Entry point: runs the CLI; Ctrl-C exits 130 and SIGTERM 143, leaving no partial output."""
-    signal.signal(signal.SIGTERM, _terminate)
+    signals.install()
     verbose = any(arg in ("-v", "--verbose") for arg in sys.argv[1:])
     try:
         result = cli.main(standalone_mode=False)
