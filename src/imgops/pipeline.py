@@ -24,7 +24,7 @@ from typing import IO, Any
 
 import numpy as np
 
-from .io.atomic import OutputExistsError, atomic_output
+from .io.atomic import OutputExistsError, write_bytes_atomic
 from .io.images import (
     DEFAULT_PNG_LEVEL,
     DecodedImage,
@@ -434,13 +434,9 @@ class _Worker:
             return
         settings = self.settings
         try:
-            with (
-                atomic_output(
-                    target, overwrite=settings.overwrite, durable=settings.durable
-                ) as temp,
-                open(temp, "wb") as handle,
-            ):
-                handle.write(encoded)
+            write_bytes_atomic(
+                target, encoded, overwrite=settings.overwrite, durable=settings.durable
+            )
         except OutputExistsError:
             raise
         except OSError as error:  # name the target, not the temporary file

@@ -114,3 +114,14 @@ def remove_pending_temporaries() -> None:
     for temp in pending:
         with contextlib.suppress(OSError):
             temp.unlink()
+
+
+def write_bytes_atomic(
+    target: Path, data: bytes | memoryview, *, overwrite: bool, durable: bool = True
+) -> int:
+    """Writes `data` to `target` atomically; returns the byte count, checked against len(data)."""
+    with atomic_output(target, overwrite=overwrite, durable=durable) as temp, open(temp, "wb") as f:
+        written = f.write(data)
+        if written != len(data):
+            raise OSError(errno.EIO, f"short write ({written} of {len(data)} bytes)", str(target))
+    return written
