@@ -69,7 +69,10 @@ class NormalizeResult:
                 for label, lo, hi in zip(self.labels, self.lows, self.highs, strict=True)
             )
         else:
-            bounds = f"{len(self.labels)} groups, min {min(self.lows):.10g}..{max(self.lows):.10g}, max {min(self.highs):.10g}..{max(self.highs):.10g}"
+            bounds = (
+                f"{len(self.labels)} groups, min {min(self.lows):.10g}..{max(self.lows):.10g}, "
+                f"max {min(self.highs):.10g}..{max(self.highs):.10g}"
+            )
         return f"{self.target}: written ({bounds})"
 
 
@@ -132,10 +135,9 @@ def check_bounds(path: Path, low: float, high: float, label: str = "") -> None:
             raise FileError(
                 path, f"{name} {value:.10g}{where} is outside float32's range (|x| <= 3.4e38)"
             )
-    span = np.float32(high - low)
-    if not np.isfinite(span):
+    if abs(high - low) > FLOAT32_MAX:
         raise FileError(path, f"max - min = {high - low:.10g}{where} overflows float32")
-    if not span > 0:
+    if not np.float32(high - low) > 0:
         raise FileError(
             path,
             f"max {high:.10g} is not above min {low:.10g}{where} in float32 "

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -582,7 +582,7 @@ def write_volume(
     checked = _checked_pages(pages, info, dtype)
     with tifffile.TiffWriter(target, bigtiff=bigtiff, imagej=flavour == "imagej") as writer:
         writer.write(checked, **options)
-    for extra in checked:  # tifffile stops after the last page: make sure the source ended too
+    if next(checked, None) is not None:  # tifffile stops after the last page: drain the source
         raise ValueError(f"more than {info.depth} pages")
     return flavour
 
