@@ -154,7 +154,7 @@ def csbdeep_bounds(low: float, high: float, eps: float) -> tuple[float, float]:
 
 
 def _target_kind(target: Path) -> str:
-    return "zarr" if target.name.lower().rstrip("/").endswith(".zarr") else "tiff"
+    return "zarr" if target.name.lower().endswith(".zarr") else "tiff"
 
 
 def normalize_file(
@@ -174,6 +174,7 @@ def normalize_file(
     device: Any = "cpu",
     overwrite: bool = False,
     pyramid: int | None = None,
+    ngff: str = "0.5",
     on_message: Message | None = None,
     progress: Callable[[str, int], Any] | None = None,
 ) -> NormalizeResult:
@@ -192,6 +193,7 @@ def normalize_file(
 
     from .io.atomic import OutputExistsError, atomic_output, check_output_folder
     from .io.volumes import open_volume, write_volume
+    from .io.zarr_io import atomic_store
     from .volume import normalize as engine
     from .volume import plan_chunks, run_with_smaller_chunks
     from .volume.stream import map_volume
@@ -248,6 +250,8 @@ def normalize_file(
             )
 
         needs_scan = percentiles is not None or "data" in (max, minimum)
+        kind = _target_kind(target)
+        _check_compression(target, kind, _auto_compression(info, compress, kind))
         stats = None
         if needs_scan:
 
@@ -298,12 +302,14 @@ def normalize_file(
         kind = _target_kind(target)
         compression = _auto_compression(info, compress, kind)
         flavour = "ome-zarr" if kind == "zarr" else ""
+        _check_compression(target, kind, compression)
 
         def normalise(plan):
             counter.__init__(clip=clip, float16=dtype == "float16")
             bar = progress(src.name, info.depth) if progress else None
+            output = atomic_store if kind == "zarr" else atomic_output
             with (
-                atomic_output(target, overwrite=overwrite) as temp,
+                output(target, overwrite=overwrite) as temp,
                 bar or contextlib.nullcontext(lambda n=1: None) as advance,
             ):
                 if kind == "zarr":
@@ -317,6 +323,7 @@ def normalize_file(
                         levels=pyramid,
                         windows=ranges,
                         name=src.name,
+                        ngff_version=ngff,
                     )
                     write_pages = writer.write_pages
                 else:
@@ -375,6 +382,17 @@ def normalize_file(
         f"{stream.seconds:.2f} s, peak buffers {stream.peak_buffer_bytes / 2**20:.1f} MiB",
     )
     return result
+
+
+def _check_compression(target: Path, kind: str, compression: str) -> None:
+    from .io.volumes import COMPRESSIONS
+    from .io.zarr_io import ZARR_COMPRESSIONS
+
+    allowed = ZARR_COMPRESSIONS if kind == "zarr" else COMPRESSIONS
+    if compression not in allowed:
+        raise FileError(
+            target, f"--compress {compression} is not for {kind.upper()} ({', '.join(allowed)})"
+        )
 
 
 def _auto_compression(info, compress: str, kind: str) -> str:

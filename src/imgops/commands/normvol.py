@@ -23,7 +23,7 @@ from ..cli_common import (
 )
 from ..errors import FileError, ImgopsError
 
-_TIFF_SUFFIXES = (".ome.tiff", ".ome.tif", ".tiff", ".tif")
+_TIFF_SUFFIXES = (".ome.tiff", ".ome.tif", ".tiff", ".tif", ".ome.zarr", ".zarr")
 _INPUT_SUFFIXES = (".tif", ".tiff")
 PER_HELP = (
     "Statistics per channel (the default wherever the stack has a C axis), per time point, "
@@ -85,6 +85,8 @@ def output_for(path: Path, output: Path | None, directory: Path | None) -> Path:
     if output is not None:
         return output
     stem, suffix = split_name(path)
+    if suffix.endswith(".zarr"):
+        suffix = ".ome.zarr"
     if directory is not None:
         return directory / f"{stem}{suffix}"
     return path.with_name(f"{stem}_norm{suffix}")
@@ -97,20 +99,29 @@ def _same_file(a: Path, b: Path) -> bool:
         return False
 
 
+def _is_store(path: Path) -> bool:
+    return path.name.lower().endswith(".zarr") and path.is_dir()
+
+
 def collect_inputs(paths, recursive: bool, files_from) -> list[Path]:
     """Files as given; folders expanded to their TIFF files (sorted; all levels with -r);
     --files-from adds one path a line ('-' is stdin)."""
     found: list[Path] = []
     for path in paths:
-        if path.is_dir():
+        if path.is_dir() and not _is_store(path):
             pattern = "**/*" if recursive else "*"
             try:
                 entries = sorted(path.glob(pattern))
             except OSError as error:
                 raise FileError(path, f"cannot list the folder: {error.strerror}") from error
-            files = [p for p in entries if p.is_file() and p.suffix.lower() in _INPUT_SUFFIXES]
+            files = [
+                p
+                for p in entries
+                if (p.is_file() and p.suffix.lower() in _INPUT_SUFFIXES or _is_store(p))
+                and not any(_is_store(parent) for parent in p.relative_to(path).parents)
+            ]
             if not files:
-                raise FileError(path, "no .tif/.tiff files in this folder")
+                raise FileError(path, "no .tif/.tiff files or .zarr stores in this folder")
             found.extend(files)
         else:
             found.append(path)
@@ -182,11 +193,11 @@ def collect_inputs(paths, recursive: bool, files_from) -> list[Path]:
 )
 @click.option(
     "--compress",
-    type=click.Choice(["auto", "none", "zlib", "zstd", "lzw"]),
+    type=click.Choice(["auto", "none", "zlib", "zstd", "lzw", "blosc"]),
     default="auto",
     show_default=True,
     help="TIFF: auto = zlib when the input was compressed, else none (both ImageJ-readable); "
-    "zstd is not read by ImageJ. Zarr: auto = zstd.",
+    "zstd is not read by ImageJ. Zarr: auto = zstd (level 1); blosc, zlib, none.",
 )
 @click.option(
     "--predictor/--no-predictor",
@@ -198,6 +209,13 @@ def collect_inputs(paths, recursive: bool, files_from) -> list[Path]:
     type=click.IntRange(1, 12),
     default=None,
     help="OME-Zarr: resolution levels (default: down to 256 pixels).",
+)
+@click.option(
+    "--ngff",
+    type=click.Choice(["0.5", "0.4"]),
+    default="0.5",
+    show_default=True,
+    help="OME-Zarr: NGFF version (0.5: Zarr v3; 0.4: Zarr v2).",
 )
 @click.option(
     "--chunk-mb",
@@ -228,6 +246,7 @@ def normvol(
     compress: str,
     predictor: bool | None,
     pyramid: int | None,
+    ngff: str,
     chunk_mb: float,
     device: str,
     overwrite: bool,
@@ -298,6 +317,7 @@ def normvol(
         compress=compress,
         predictor=predictor,
         pyramid=pyramid,
+        ngff=ngff,
         chunk_mb=chunk_mb,
         device=torch_device,
         overwrite=overwrite,

@@ -126,6 +126,7 @@ class VolumeInfo:
     ome_xml: str | None = None
     channel_names: tuple[str, ...] = ()
     planar: bool = False  # separate samples read as channels (through tifffile.aszarr)
+    source: str = "tiff"  # or "zarr"
 
     @property
     def depth(self) -> int:
@@ -150,7 +151,7 @@ class VolumeInfo:
     @property
     def read_mode(self) -> str:
         """`direct` (positional reads of raw data), `pages` (tifffile decodes) or `zarr`."""
-        if self.planar:
+        if self.planar or self.source == "zarr":
             return "zarr"
         return "direct" if self.contiguous_offset is not None else "pages"
 
@@ -467,10 +468,18 @@ def _native_byteorder() -> str:
 def open_volume(path: str | os.PathLike[str]) -> VolumeReader:
     """Opens a TIFF stack for chunked reading; raises FileError (naming the file) if unsupported.
 
+    A .zarr store (a Zarr array or an OME-Zarr image) opens as a `zarr_io.ZarrReader`.
+
     Example:
         >>> with open_volume("scan.tif") as reader:
         ...     first = reader.read(0, 4)
     """
+    from .zarr_io import is_zarr_path
+
+    if is_zarr_path(Path(path)):
+        from .zarr_io import ZarrReader
+
+        return ZarrReader(path)
     return VolumeReader(path)
 
 
