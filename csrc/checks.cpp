@@ -121,6 +121,41 @@ PngFilterPlan prepare_png_filter(const at::Tensor& image, int64_t filter) {
           channels * item_bytes, item_bytes, static_cast<int>(filter)};
 }
 
+BinPlan prepare_bin(const at::Tensor& input, c10::IntArrayRef factors) {
+  const int64_t k = static_cast<int64_t>(factors.size());
+  TORCH_CHECK_VALUE(k >= 1 && k <= 3, "bin: expected 1 to 3 factors (Z, Y, X), got ",
+                    std::to_string(k));
+  TORCH_CHECK_VALUE(input.dim() >= k, "bin: ", std::to_string(k),
+                    " factors need at least as many dimensions, got shape ",
+                    shape_text(input.sizes()));
+  for (const int64_t f : factors) {
+    TORCH_CHECK_VALUE(f >= 1, "bin: factors must be >= 1, got ", shape_text(factors));
+  }
+  TORCH_CHECK_TYPE(is_volume_dtype(input.scalar_type()),
+                   "bin: expected dtype uint8, uint16, int16, float32 or float64, got ",
+                   input.scalar_type());
+  BinPlan plan;
+  plan.input = input.contiguous();
+  int64_t dims[3] = {1, 1, 1};
+  int64_t f[3] = {1, 1, 1};
+  for (int64_t i = 0; i < k; ++i) {
+    dims[3 - k + i] = input.size(input.dim() - k + i);
+    f[3 - k + i] = factors[i];
+  }
+  plan.batch = 1;
+  for (int64_t d = 0; d < input.dim() - k; ++d) {
+    plan.batch *= input.size(d);
+    plan.out_shape.push_back(input.size(d));
+  }
+  plan.z = dims[0], plan.y = dims[1], plan.x = dims[2];
+  plan.fz = f[0], plan.fy = f[1], plan.fx = f[2];
+  plan.oz = plan.z / plan.fz, plan.oy = plan.y / plan.fy, plan.ox = plan.x / plan.fx;
+  for (int64_t i = 0; i < k; ++i) {
+    plan.out_shape.push_back(input.size(input.dim() - k + i) / factors[i]);
+  }
+  return plan;
+}
+
 // value_histogram: uint8 -> 256 bins, uint16 -> 65536, int16 -> 65536 (bin = value + 32768).
 int64_t histogram_bins(const at::Tensor& values) {
   switch (values.scalar_type()) {

@@ -44,12 +44,12 @@ def main_big() -> int:
     del image
     n = (1 << 31) + 4099
     values = torch.randint(0, 256, (n,), dtype=torch.uint8, device="cuda")
-    out = imgops.normalize_volume(values, 255, 0, dtype=torch.float16)
+    out = imgops.normalize_volume(values, max=255, min=0, dtype=torch.float16)
     bad += check_slices(
         "normvol u8->f16 >2^31",
         values,
         out,
-        lambda x: imgops.normalize_volume(x, 255, 0, dtype=torch.float16),
+        lambda x: imgops.normalize_volume(x, max=255, min=0, dtype=torch.float16),
     )
     del out
     counts = imgops.value_histogram(values).cpu()
@@ -106,8 +106,12 @@ def main() -> int:
                     cpu = base[start : start + n]
                     gpu_view = base.cuda()[start : start + n]
                     for clip in (False, True):
-                        want = imgops.normalize_volume(cpu, 200, 3, dtype=out_dtype, clip=clip)
-                        got = imgops.normalize_volume(gpu_view, 200, 3, dtype=out_dtype, clip=clip)
+                        want = imgops.normalize_volume(
+                            cpu, max=200, min=3, dtype=out_dtype, clip=clip
+                        )
+                        got = imgops.normalize_volume(
+                            gpu_view, max=200, min=3, dtype=out_dtype, clip=clip
+                        )
                         bad += check(f"normvol {in_dtype}->{out_dtype} n={n} +{start}", got, want)
     for dtype in (torch.uint8, torch.uint16, torch.int16):
         for n in (1, 1000, 70_000, 300_001):

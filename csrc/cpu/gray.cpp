@@ -8,7 +8,7 @@
 #include <torch/library.h>
 
 #include "../checks.h"
-#include "../luma.h"
+#include "../bt601.h"
 #include "gray_span.h"
 
 namespace imgops {

@@ -8,7 +8,7 @@
 #include <torch/library.h>
 
 #include "../checks.h"
-#include "../luma.h"
+#include "../normalize_math.h"
 
 namespace imgops {
 namespace {

@@ -10,7 +10,7 @@
 #include <torch/library.h>
 
 #include "../checks.h"
-#include "../luma.h"
+#include "../bt601.h"
 #include "launch.cuh"
 
 namespace imgops {

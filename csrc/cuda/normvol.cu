@@ -11,7 +11,7 @@
 #include <torch/library.h>
 
 #include "../checks.h"
-#include "../luma.h"
+#include "../normalize_math.h"
 #include "launch.cuh"
 
 namespace imgops {

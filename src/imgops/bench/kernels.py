@@ -189,7 +189,7 @@ def _implementations(case: Case, device: torch.device, settings: Settings) -> di
     top = 4095.0  # 12-bit scanner data
 
     def norm(volume):
-        return ops.normalize_volume(volume, top)
+        return ops.normalize_volume(volume, max=top)
 
     def norm_reference(volume):
         return reference.normalize_volume_reference(volume, top)
