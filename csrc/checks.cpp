@@ -14,11 +14,6 @@ bool is_gray_dtype(at::ScalarType t) {
          t == at::kBFloat16 || t == at::kDouble;
 }
 
-bool is_volume_dtype(at::ScalarType t) {
-  return t == at::kByte || t == at::kUInt16 || t == at::kShort || t == at::kFloat ||
-         t == at::kDouble;
-}
-
 bool is_normalized_dtype(at::ScalarType t) {
   return t == at::kFloat || t == at::kHalf || t == at::kBFloat16 || t == at::kDouble;
 }
@@ -32,6 +27,13 @@ std::string number_text(double value) {
   return buffer;
 }
 
+}  // namespace
+
+bool is_volume_dtype(at::ScalarType t) {
+  return t == at::kByte || t == at::kUInt16 || t == at::kShort || t == at::kFloat ||
+         t == at::kDouble;
+}
+
 std::string shape_text(c10::IntArrayRef sizes) {
   std::string text = "(";
   for (size_t i = 0; i < sizes.size(); ++i) {
@@ -39,8 +41,6 @@ std::string shape_text(c10::IntArrayRef sizes) {
   }
   return text + (sizes.size() == 1 ? ",)" : ")");
 }
-
-}  // namespace
 
 // "rgb" -> false, "bgr" -> true; anything else is an error.
 bool parse_channel_order(c10::string_view order) {
@@ -119,41 +119,6 @@ PngFilterPlan prepare_png_filter(const at::Tensor& image, int64_t filter) {
   const int64_t item_bytes = image.scalar_type() == at::kUInt16 ? 2 : 1;
   return {image.contiguous(),     image.size(0),        image.size(1) * channels * item_bytes,
           channels * item_bytes, item_bytes, static_cast<int>(filter)};
-}
-
-BinPlan prepare_bin(const at::Tensor& input, c10::IntArrayRef factors) {
-  const int64_t k = static_cast<int64_t>(factors.size());
-  TORCH_CHECK_VALUE(k >= 1 && k <= 3, "bin: expected 1 to 3 factors (Z, Y, X), got ",
-                    std::to_string(k));
-  TORCH_CHECK_VALUE(input.dim() >= k, "bin: ", std::to_string(k),
-                    " factors need at least as many dimensions, got shape ",
-                    shape_text(input.sizes()));
-  for (const int64_t f : factors) {
-    TORCH_CHECK_VALUE(f >= 1, "bin: factors must be >= 1, got ", shape_text(factors));
-  }
-  TORCH_CHECK_TYPE(is_volume_dtype(input.scalar_type()),
-                   "bin: expected dtype uint8, uint16, int16, float32 or float64, got ",
-                   input.scalar_type());
-  BinPlan plan;
-  plan.input = input.contiguous();
-  int64_t dims[3] = {1, 1, 1};
-  int64_t f[3] = {1, 1, 1};
-  for (int64_t i = 0; i < k; ++i) {
-    dims[3 - k + i] = input.size(input.dim() - k + i);
-    f[3 - k + i] = factors[i];
-  }
-  plan.batch = 1;
-  for (int64_t d = 0; d < input.dim() - k; ++d) {
-    plan.batch *= input.size(d);
-    plan.out_shape.push_back(input.size(d));
-  }
-  plan.z = dims[0], plan.y = dims[1], plan.x = dims[2];
-  plan.fz = f[0], plan.fy = f[1], plan.fx = f[2];
-  plan.oz = plan.z / plan.fz, plan.oy = plan.y / plan.fy, plan.ox = plan.x / plan.fx;
-  for (int64_t i = 0; i < k; ++i) {
-    plan.out_shape.push_back(input.size(input.dim() - k + i) / factors[i]);
-  }
-  return plan;
 }
 
 // value_histogram: uint8 -> 256 bins, uint16 -> 65536, int16 -> 65536 (bin = value + 32768).

@@ -6,9 +6,16 @@
 #include <c10/util/Exception.h>
 #include <c10/util/string_view.h>
 
+#include <string>
 #include <vector>
 
 namespace imgops {
+
+// "(2, 3)": a shape for an error message. Messages carry only strings (see checks.cpp).
+std::string shape_text(c10::IntArrayRef sizes);
+
+// Whether normalize_volume and bin take this dtype: uint8, uint16, int16, float32, float64.
+bool is_volume_dtype(at::ScalarType t);
 
 // "rgb" -> false, "bgr" -> true; anything else is a ValueError.
 bool parse_channel_order(c10::string_view order);
@@ -48,21 +55,6 @@ struct PngFilterPlan {
 
 // Validates png_filter's arguments (ValueError/TypeError naming what was received).
 PngFilterPlan prepare_png_filter(const at::Tensor& image, int64_t filter);
-
-// bin's plan, shared by the CPU and CUDA kernels: the input as contiguous (batch, Z, Y, X) with
-// factors (fz, fy, fx) (missing leading factors are 1), and the output shape (leading dims, then
-// each binned dim // its factor: trailing partial blocks are dropped).
-struct BinPlan {
-  at::Tensor input;  // contiguous
-  int64_t batch, z, y, x;
-  int64_t fz, fy, fx;
-  int64_t oz, oy, ox;
-  std::vector<int64_t> out_shape;
-};
-
-// Validates bin's arguments (1 to 3 factors, each >= 1, no more than the input's dims; dtype
-// uint8, uint16, int16, float32 or float64).
-BinPlan prepare_bin(const at::Tensor& input, c10::IntArrayRef factors);
 
 // value_histogram: uint8 -> 256 bins, uint16 -> 65536, int16 -> 65536 (bin = value + 32768).
 int64_t histogram_bins(const at::Tensor& values);

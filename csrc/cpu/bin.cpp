@@ -1,15 +1,15 @@
-// bin on the CPU: at::parallel_for over output rows (batch, oz, oy); each row sums its fz * fy
-// input rows into one accumulator per output value, in the order bin_math.h fixes.
-#include <ATen/Parallel.h>
+// bin on the CPU: imgops::parallel_for (parallel.h) over output rows (batch, oz, oy); each row
+// sums its fz * fy input rows into one accumulator per output value, in the order bin_math.h fixes.
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
 #include <torch/library.h>
 
 #include <vector>
 
-#include "../bin_math.h"
+#include "../bin.h"
 #include "../checks.h"
 #include "../dispatch.h"
+#include "parallel.h"
 
 namespace imgops {
 namespace {
@@ -22,7 +22,7 @@ void bin_cpu_typed(const BinPlan& p, at::Tensor& out) {
   // About 64 KiB of input per task.
   const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 16) / (p.fz * p.fy * p.x * sizeof(T)));
   const int64_t count = p.fz * p.fy * p.fx;
-  at::parallel_for(0, rows, grain, [&](int64_t begin, int64_t end) {
+  imgops::parallel_for(0, rows, grain, [&](int64_t begin, int64_t end) {
     std::vector<BinSum<T>> acc(p.ox);
     for (int64_t r = begin; r < end; ++r) {
       const int64_t oy = r % p.oy;

@@ -7,7 +7,7 @@
 #include <c10/cuda/CUDAStream.h>
 #include <torch/library.h>
 
-#include "../bin_math.h"
+#include "../bin.h"
 #include "../checks.h"
 #include "../dispatch.h"
 #include "launch.cuh"
