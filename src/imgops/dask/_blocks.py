@@ -1,4 +1,4 @@
-"""What one worker does to one block: numpy in, the imgops op (on the worker's GPU if any), numpy out.
+"""What one worker does to one block: numpy in, the imgops op (its GPU if any), numpy out.
 
 These functions run inside Dask tasks, so they import torch and imgops.ops themselves (once
 per worker process) and are plain module-level functions (picklable by reference).

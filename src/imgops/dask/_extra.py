@@ -9,7 +9,12 @@ from ..errors import ImgopsError
 
 EXTRA_HINT = "pip install 'imgops[dask]'"
 #: Import name -> distribution name, for the message.
-_PACKAGES = {"dask": "dask", "dask.array": "dask[array]", "distributed": "distributed", "zarr": "zarr"}
+_PACKAGES = {
+    "dask": "dask",
+    "dask.array": "dask[array]",
+    "distributed": "distributed",
+    "zarr": "zarr",
+}
 
 
 class MissingDaskExtra(ImgopsError, ImportError):

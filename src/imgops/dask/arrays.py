@@ -78,9 +78,7 @@ def histogram(
     if not level:
         return np.zeros(bins, dtype=np.int64), offset
     while len(level) > 1:
-        level = [
-            add(*level[i : i + split_every]) for i in range(0, len(level), split_every)
-        ]
+        level = [add(*level[i : i + split_every]) for i in range(0, len(level), split_every)]
     (counts,) = dask.compute(level[0])
     return counts, offset
 
@@ -234,9 +232,7 @@ def bin(  # noqa: A001 - the op's name
             raise ValueError(f"bin: factor {factor} exceeds the axis size {size}")
         crop.append(slice(0, size - size % factor))
     arr = arr[tuple(crop)]
-    aligned = {
-        lead + i: _aligned_chunk(arr.chunksize[lead + i], f) for i, f in enumerate(factors)
-    }
+    aligned = {lead + i: _aligned_chunk(arr.chunksize[lead + i], f) for i, f in enumerate(factors)}
     arr = arr.rechunk(aligned)
     out_chunks = arr.chunks[:lead] + tuple(
         tuple(c // f for c in arr.chunks[lead + i]) for i, f in enumerate(factors)
