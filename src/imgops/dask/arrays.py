@@ -37,7 +37,7 @@ from ._extra import require_dask
 if TYPE_CHECKING:
     import dask.array
 
-__all__ = ["bin", "data_range", "gray", "histogram", "normalize", "percentiles"]
+__all__ = ["bin", "bounds", "data_range", "gray", "histogram", "normalize", "percentiles"]
 
 #: Input dtypes the normalize op accepts.
 NORMALIZE_INPUTS = ("uint8", "uint16", "int16", "float32", "float64")
@@ -117,7 +117,16 @@ def data_range(arr: dask.array.Array) -> tuple[float, float]:
     return float(low), float(high)
 
 
-def _bounds(arr, minimum, maximum, percentile, split_every, device) -> tuple[float, float]:
+def bounds(
+    arr: dask.array.Array,
+    minimum: float | None = None,
+    maximum: float | None = None,
+    percentile: tuple[float, float] | None = None,
+    *,
+    split_every: int = DEFAULT_SPLIT_EVERY,
+    device: str = "auto",
+) -> tuple[float, float]:
+    """(low, high) as `normalize` resolves them (computed now where they depend on the data)."""
     if percentile is not None:
         if minimum is not None or maximum is not None:
             raise ValueError("percentile sets both bounds; do not pass min or max with it")
@@ -159,7 +168,7 @@ def normalize(
     _check_dtype(arr, NORMALIZE_INPUTS, "normalize")
     if dtype not in OUTPUT_DTYPES:
         raise ValueError(f"normalize: dtype must be one of {', '.join(OUTPUT_DTYPES)}, got {dtype}")
-    low, high = _bounds(arr, min, max, percentile, split_every, device)
+    low, high = bounds(arr, min, max, percentile, split_every=split_every, device=device)
     return arr.map_blocks(
         _blocks.normalize_block,
         dtype=np.dtype(dtype),
