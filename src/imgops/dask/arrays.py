@@ -119,14 +119,18 @@ def data_range(arr: dask.array.Array) -> tuple[float, float]:
 
 def bounds(
     arr: dask.array.Array,
-    minimum: float | None = None,
-    maximum: float | None = None,
+    minimum: float | str | None = None,
+    maximum: float | str | None = None,
     percentile: tuple[float, float] | None = None,
     *,
     split_every: int = DEFAULT_SPLIT_EVERY,
     device: str = "auto",
 ) -> tuple[float, float]:
-    """(low, high) as `normalize` resolves them (computed now where they depend on the data)."""
+    """(low, high) as `normalize` resolves them (computed now where they depend on the data).
+
+    `minimum`/`maximum` may also be "data" (the data's min/max) or "dtype" (the integer input
+    type's limits), like `imgops normvol --min/--max`.
+    """
     if percentile is not None:
         if minimum is not None or maximum is not None:
             raise ValueError("percentile sets both bounds; do not pass min or max with it")
@@ -135,8 +139,11 @@ def bounds(
             raise ValueError(f"need 0 <= LO < HI <= 100, got {lo_q:g} {hi_q:g}")
         low, high = percentiles(arr, (lo_q, hi_q), split_every=split_every, device=device)
     else:
-        low = 0.0 if minimum is None else float(minimum)
-        high = data_range(arr)[1] if maximum is None else float(maximum)
+        minimum = 0.0 if minimum is None else minimum
+        maximum = "data" if maximum is None else maximum
+        data = data_range(arr) if "data" in (minimum, maximum) else None
+        low = _resolve(minimum, 0, arr, data)
+        high = _resolve(maximum, 1, arr, data)
     if not (math.isfinite(low) and math.isfinite(high)):
         raise ValueError(f"bounds must be finite, got min {low} and max {high}")
     if not high > low:
@@ -146,11 +153,23 @@ def bounds(
     return low, high
 
 
+def _resolve(bound, end: int, arr, data: tuple[float, float] | None) -> float:
+    """One bound: a number, "data" (the data's min or max) or "dtype" (the type's limit)."""
+    if bound == "data":
+        return data[end]
+    if bound == "dtype":
+        if not np.issubdtype(arr.dtype, np.integer):
+            raise ValueError(f"'dtype' bounds need integer data, got {arr.dtype}")
+        limits = np.iinfo(arr.dtype)
+        return float(limits.max if end else limits.min)
+    return float(bound)
+
+
 def normalize(
     arr: dask.array.Array,
     *,
-    min: float | None = None,
-    max: float | None = None,
+    min: float | str | None = None,
+    max: float | str | None = None,
     percentile: tuple[float, float] | None = None,
     clip: bool = False,
     dtype: str = "float32",
