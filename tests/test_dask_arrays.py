@@ -134,12 +134,13 @@ def test_gray_equals_the_op(seed, dtype, shape, chunks):
 def _bin_reference(data: np.ndarray, factors) -> np.ndarray:
     """Independent reference: float64 means by explicit loops over the bins, rounded half up."""
     lead = data.ndim - len(factors)
-    out_shape = data.shape[:lead] + tuple(s // f for s, f in zip(data.shape[lead:], factors))
+    binned = zip(data.shape[lead:], factors, strict=True)
+    out_shape = data.shape[:lead] + tuple(s // f for s, f in binned)
     out = np.empty(out_shape, dtype=np.float64)
     for index in np.ndindex(*out_shape[lead:]):
-        window = tuple(slice(i * f, (i + 1) * f) for i, f in zip(index, factors))
-        out[(Ellipsis, *index)] = data[(Ellipsis, *window)].astype(np.float64).mean(
-            axis=tuple(range(lead, data.ndim))
+        window = tuple(slice(i * f, (i + 1) * f) for i, f in zip(index, factors, strict=True))
+        out[(Ellipsis, *index)] = (
+            data[(Ellipsis, *window)].astype(np.float64).mean(axis=tuple(range(lead, data.ndim)))
         )
     if np.issubdtype(data.dtype, np.integer):
         return np.floor(out + 0.5).astype(data.dtype)
@@ -165,7 +166,7 @@ def test_bin_matches_the_single_process_result_across_block_boundaries(
     else:  # the op is not on this branch yet: the definition, computed independently
         expected = _bin_reference(data, factors)
     assert computed.dtype == data.dtype and np.array_equal(computed, expected)
-    assert computed.shape == tuple(s // f for s, f in zip(shape, factors))
+    assert computed.shape == tuple(s // f for s, f in zip(shape, factors, strict=True))
 
 
 def test_bin_fallback_equals_the_reference_for_floats_and_leading_axes():
