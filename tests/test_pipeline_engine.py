@@ -290,6 +290,65 @@ def test_byte_budget_lets_one_oversized_request_through():
     assert budget.take(6) and budget.peak == 50
 
 
+def _stand_in_png_filter(image, code):
+    """torch.ops.imgops.png_filter's contract, through imgops._cli_kernels (CPU tensors)."""
+    import torch
+
+    from imgops.native import cli_kernels
+
+    pixels = image.numpy()
+    height = pixels.shape[0]
+    bpp = (1 if pixels.ndim == 2 else pixels.shape[2]) * pixels.itemsize
+    row_bytes = pixels.shape[1] * bpp
+    rows = np.zeros((height + 1, row_bytes), dtype=np.uint8)
+    rows[1:] = pixels.astype(pixels.dtype.newbyteorder(">")).view(np.uint8).reshape(height, -1)
+    out = np.empty((height, 1 + row_bytes), dtype=np.uint8)
+    cli_kernels().png_filter_rows(rows, out, height, row_bytes, bpp, code)
+    return torch.from_numpy(out)
+
+
+def _stand_in_encode_png_filtered(rows, *, width, height, channels, bit_depth, level):
+    """encode_png_filtered's contract with plain zlib (same pixels, not the same bytes)."""
+    import struct
+    import zlib
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        crc = zlib.crc32(data, zlib.crc32(kind))
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", crc)
+
+    assert rows.shape == (height, 1 + width * channels * bit_depth // 8)
+    colour = {1: 0, 2: 4, 3: 2, 4: 6}[channels]
+    header = struct.pack(">IIBBBBB", width, height, bit_depth, colour, 0, 0, 0)
+    body = zlib.compress(rows.tobytes(), 1)
+    return (
+        b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", body) + chunk(b"IEND", b"")
+    )
+
+
+@needs_nvimgcodec
+@pytest.mark.skipif(
+    __import__("imgops.native", fromlist=["x"]).cli_kernels() is None, reason="no _cli_kernels"
+)
+def test_device_png_filter_path_writes_the_cpu_paths_pixels(tmp_path: Path, monkeypatch):
+    """The rows-filtered-on-the-device path (png_filter op + encode_png_filtered), exercised
+    with stand-ins of both contracts until the real ones land; pixels must be the host's."""
+    from imgops.engine import batched
+    from imgops.io import png
+
+    monkeypatch.setattr(batched, "_png_filter_op", lambda torch: _stand_in_png_filter)
+    monkeypatch.setattr(batched, "_encode_png_filtered", lambda: _stand_in_encode_png_filtered)
+    monkeypatch.setattr(png, "filter_code_for", lambda level: -1, raising=False)
+    for op in (GRAY, INVERT):
+        run_engine("host", op, ALL_SAMPLES, tmp_path / op.name / "host")
+        nv = run_engine("nv", op, ALL_SAMPLES, tmp_path / op.name / "nv")
+        assert {r.status for r in nv.values()} == {"written"}
+        for path in ALL_SAMPLES:
+            name = f"{path.name}.png"
+            a = cv2.imread(str(tmp_path / op.name / "host" / name), cv2.IMREAD_UNCHANGED)
+            b = cv2.imread(str(tmp_path / op.name / "nv" / name), cv2.IMREAD_UNCHANGED)
+            np.testing.assert_array_equal(a, b, err_msg=f"{op.name} {name}")
+
+
 # ----------------------------------------------------------------------------------- GPU
 
 

@@ -199,15 +199,20 @@ class DeviceEngine:
 
     # ---------------------------------------------------------------- prep threads
     def _prep(self, job: Job) -> None:
-        if self.stop.is_set():
-            self.results.put(failed(JobResult(job, "written"), "cancelled"))
-            return
-        early = precheck(job, self.settings)
-        if early is not None:
-            self.results.put(early)
-            return
+        """Checks, reads and (CPU) decodes one job; posts exactly one result or queues it."""
         item = _Item(JobResult(job, "written"))
-        result = guard(item.result, lambda r: self._read_and_decode(item))
+        try:
+            if self.stop.is_set():
+                self.results.put(failed(item.result, "cancelled"))
+                return
+            early = precheck(job, self.settings)
+            if early is not None:
+                self.results.put(early)
+                return
+            result = guard(item.result, lambda r: self._read_and_decode(item))
+        except BaseException as error:  # guard lets nothing through; this is a bug
+            self.results.put(FatalError(error))
+            return
         if result.status == "failed":
             self._release(item)
             self.results.put(result)
@@ -240,35 +245,61 @@ class DeviceEngine:
 
     # ---------------------------------------------------------------- the device thread
     def _device_loop(self) -> None:
-        retiring: tuple[Any, list[_Item]] | None = None
+        """Gathers batches, decodes them, runs them on the device, hands rows to the encoders.
+
+        Until torch is ready, decoded batches wait (at most two batches' bytes): the first
+        decodes overlap the start-up of torch and CUDA.
+        """
+        retiring: tuple[Any, list[Any]] | None = None
+        waiting: list[tuple[list[_Item], dict[int, Any]]] = []
         try:
-            while True:
-                batch = self._gather()
-                if batch is None:
+            while not self.stop.is_set():
+                batch = self._gather(block=not waiting)
+                if batch is not None:
+                    waiting.append((batch, self._decode_batch(batch)))
+                ready = self.torch_stage.future.done()
+                held = sum(self._item_bytes(i) for b, _ in waiting for i in b)
+                if batch is not None and not ready and held < 2 * self.settings.batch_bytes:
+                    continue
+                if batch is None and not waiting:
                     break
-                images = self._decode_batch(batch)  # before torch is needed: overlaps start-up
-                start = time.perf_counter()
-                stage = self.torch_stage.get()
-                waited = time.perf_counter() - start
-                if self.pool is None:
-                    self.pool = BufferPool(self.settings.pinned_bytes, pin=stage.cuda)
-                    self.filtered = stage.png_filter is not None and _encode_png_filtered()
-                if waited > 1e-3:
-                    for item in batch:
-                        item.result.seconds["start"] = waited / len(batch)
-                event = self._run_batch(stage, batch, images)
-                if retiring is not None and retiring[0] is not None:
-                    retiring[0].synchronize()  # at most two batches alive on the device
-                retiring = (event, batch)
+                stage = self._started(waiting)
+                for pending, images in waiting:
+                    event, keep = self._run_batch(stage, pending, images)
+                    if retiring is not None and retiring[0] is not None:
+                        retiring[0].synchronize()  # at most two batches alive on the device
+                    retiring = (event, keep)
+                waiting.clear()
         except FatalError as error:
             self.results.put(error)
         except BaseException as error:  # a bug or a device failure: stop the batch, say why
             self.results.put(FatalError(error))
 
-    def _gather(self) -> list[_Item] | None:
-        """The next batch: blocks for one item, then takes what is queued, within the limits."""
-        first = self.items.get()
+    def _started(self, waiting: list[tuple[list[_Item], dict[int, Any]]]) -> TorchStage:
+        """The torch stage (waiting for it); the wait is charged to the files that waited."""
+        start = time.perf_counter()
+        stage = self.torch_stage.get()
+        waited = time.perf_counter() - start
+        if self.pool is None:
+            self.pool = BufferPool(self.settings.pinned_bytes, pin=stage.cuda)
+            self.filtered = stage.png_filter is not None and _encode_png_filtered()
+            if stage.cuda and any(images for _, images in waiting):
+                stage.torch.cuda.synchronize()  # batches decoded before the stream existed
+        items = [item for batch, _ in waiting for item in batch]
+        if waited > 1e-3 and items:
+            for item in items:
+                item.result.seconds["start"] = waited / len(items)
+        return stage
+
+    def _gather(self, block: bool) -> list[_Item] | None:
+        """The next batch: one item (waiting for it if `block`), then whatever is queued,
+        within batch_size and batch_bytes. None when nothing came (or the input ended)."""
+        try:
+            first = self.items.get(timeout=None if block else 0.02)
+        except queue.Empty:
+            return None
         if first is _DONE:
+            self.items.put(_DONE)  # seen again by the next call
             return None
         batch, nbytes = [first], self._item_bytes(first)
         while len(batch) < self.settings.batch_size and nbytes < self.settings.batch_bytes:
@@ -316,17 +347,23 @@ class DeviceEngine:
         item.candidate = None
 
         def run() -> None:
+            try:
+                outcome = attempt()
+            except BaseException as error:  # guard lets nothing through; this is a bug
+                outcome = FatalError(error)
+            self.results.put(outcome)
+
+        def attempt() -> JobResult:
             result = item.result
             if self.host is None:
                 self._release(item)
-                self.results.put(failed(result, f"{why}, and op {self.op.name} has no CPU path"))
-                return
+                return failed(result, f"{why}, and op {self.op.name} has no CPU path")
             if image is not None:
                 outcome = guard(result, lambda r: self._host_from_image(r, image))
             else:
                 outcome = guard(result, lambda r: self.host.finish(r, data))  # type: ignore[union-attr]
             self._release(item)
-            self.results.put(outcome)
+            return outcome
 
         self.encoders.submit(run)
 
@@ -343,19 +380,25 @@ class DeviceEngine:
         result.bytes_written = len(encoded)
         result.seconds["write"] = time.perf_counter() - start
 
-    def _run_batch(self, stage: TorchStage, batch: list[_Item], images: dict[int, Any]) -> Any:
-        """Runs the op over the batch on the device; queues rows back and the encodes."""
+    def _run_batch(
+        self, stage: TorchStage, batch: list[_Item], images: dict[int, Any]
+    ) -> tuple[Any, list[Any]]:
+        """Runs the op over the batch on the device; queues rows back and the encodes.
+
+        Returns the batch's event and what must outlive it (decoded images, staging buffers).
+        """
         torch = stage.torch
         start = time.perf_counter()
         live: list[_Item] = []
+        keep: list[Any] = []
         try:
             with stage.stream_context():
                 for i, item in enumerate(batch):
                     if i in images:
-                        self._take_gpu_image(item, images[i], stage)
+                        self._take_gpu_image(item, images[i], stage, keep)
                         live.append(item)
                     elif item.image is not None:
-                        self._upload(item, stage)
+                        self._upload(item, stage, keep)
                         live.append(item)
                 self._apply_op(live, stage)
                 for item in live:
@@ -363,18 +406,21 @@ class DeviceEngine:
                     item.extra["itemsize"] = item.output.element_size()
                     item.output = self._to_output(item.output, item.order, stage)
         except torch.OutOfMemoryError:
-            for item in live:
+            for item in batch:
                 item.output = None
             images.clear()
+            keep.clear()
             if stage.cuda:
+                stage.stream.synchronize()
                 torch.cuda.empty_cache()
-            for item in live:
-                item.result.note = "out of GPU memory for this batch: converted on the CPU"
-                self._fallback(item, "out of GPU memory")
-            return None
-        return self._send_back(stage, live, time.perf_counter() - start)
+            for item in batch:
+                if "fallback" not in item.extra:  # every file not already on the CPU path
+                    item.result.note = "out of GPU memory for this batch: converted on the CPU"
+                    self._fallback(item, "out of GPU memory")
+            return None, []
+        return self._send_back(stage, live, time.perf_counter() - start), keep
 
-    def _take_gpu_image(self, item: _Item, image: Any, stage: TorchStage) -> None:
+    def _take_gpu_image(self, item: _Item, image: Any, stage: TorchStage, keep: list) -> None:
         from ..io.gpu_decode import as_tensor
 
         tensor = as_tensor(image)
@@ -384,19 +430,19 @@ class DeviceEngine:
             tensor, item.order = tensor[..., 0], None
         else:
             item.order = "rgb"
-        item.extra["source"] = image  # nvImageCodec owns the memory: keep it until the event
+        keep.append(image)  # nvImageCodec owns the memory: alive until the batch's event
         item.output = tensor
         item.result.decoder = "nvimgcodec"
         item.result.shape, item.result.dtype = tuple(tensor.shape), "uint8"
 
-    def _upload(self, item: _Item, stage: TorchStage) -> None:
+    def _upload(self, item: _Item, stage: TorchStage, keep: list) -> None:
         torch = stage.torch
         pixels = np.ascontiguousarray(item.image.pixels)
         host = torch.from_numpy(pixels)
         if stage.cuda:
             staging = torch.empty(host.shape, dtype=host.dtype, pin_memory=True)
             staging.copy_(host)
-            item.extra["staging"] = staging  # alive until the batch's event
+            keep.append(staging)  # alive until the batch's event
             item.output = staging.to(stage.device, non_blocking=True)
         else:
             item.output = host
@@ -443,6 +489,7 @@ class DeviceEngine:
             host = buffer[: tensor.numel() * tensor.element_size()].view(tensor.dtype)
             host = host.view(tensor.shape)
             host.copy_(tensor, non_blocking=stage.cuda)
+            item.output = None  # the allocator reuses it only after the copy (stream order)
             copies.append((item, buffer, host, None))
         event = stage.event()
         share = (seconds + 0.0) / len(live)
@@ -469,13 +516,14 @@ class DeviceEngine:
 
     # ---------------------------------------------------------------- encode threads
     def _finish(self, item: _Item, event: Any, buffer: Any, host: Any, jpeg: bytes | None) -> None:
-        result = item.result
+        outcome: JobResult | FatalError
         try:
             if event is not None:
                 event.synchronize()
-            outcome = guard(result, lambda r: self._encode_and_write(item, host, jpeg))
+            outcome = guard(item.result, lambda r: self._encode_and_write(item, host, jpeg))
+        except BaseException as error:  # a CUDA error surfaced by the event: fatal
+            outcome = FatalError(error)
         finally:
-            item.extra.clear()
             item.output = None
             if buffer is not None:
                 self.pool.release(buffer)

@@ -99,7 +99,7 @@ def encode_jpeg_opencv(array: np.ndarray, quality: int) -> bytes:
     import cv2
 
     if array.dtype != np.uint8:
-        raise ImageEncodeError(f"JPEG holds 8-bit samples only, not {array.dtype}")
+        raise ImageEncodeError("16-bit images can be written as png or tif only, not jpg")
     ok, encoded = cv2.imencode(
         ".jpg", np.ascontiguousarray(array), [cv2.IMWRITE_JPEG_QUALITY, int(quality)]
     )
