@@ -99,6 +99,16 @@ def test_an_op_without_a_numpy_function_runs_on_torchs_cpu_device(tmp_path: Path
     np.testing.assert_array_equal(got, 255 - cv2.imread(str(paths[0])))
 
 
+def test_a_device_failure_stops_the_batch_with_the_original_error(tmp_path: Path):
+    def broken(batch, order):
+        raise ValueError("the device op broke")
+
+    jobs = [Job(SAMPLES / "coffee_rgb.png", tmp_path / f"{i}.png", str(i)) for i in range(5)]
+    with pytest.raises(ValueError, match="the device op broke"):
+        run_batch(jobs, ImageOp("broken", None, broken, "_b"), PipelineSettings(device="cpu"))
+    assert not list(tmp_path.iterdir())
+
+
 @pytest.mark.parametrize("fmt", ["png", "tif"])
 def test_gray_bytes_equal_between_torch_free_and_torch_cpu_paths(tmp_path: Path, fmt: str):
     run_engine("host", GRAY, ALL_SAMPLES, tmp_path / "host", fmt=fmt)

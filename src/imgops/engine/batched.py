@@ -424,7 +424,7 @@ class DeviceEngine:
         from ..io.gpu_decode import as_tensor
 
         tensor = as_tensor(image)
-        if tensor.device != stage.device:
+        if tensor.device.type != stage.device.type:
             tensor = tensor.to(stage.device)
         if item.candidate.gray:
             tensor, item.order = tensor[..., 0], None

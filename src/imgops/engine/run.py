@@ -6,6 +6,7 @@ import time
 from collections.abc import Callable, Iterable
 
 from .device import Plan, choose
+from .files import FatalError
 from .host import run_host
 from .ops import GRAY, ImageOp
 from .types import FORMATS, Job, JobResult, PipelineSettings, Summary, default_jobs
@@ -52,7 +53,10 @@ def run_batch(
         run_host(iter(jobs), op, settings, workers, collect)
     else:
         engine = device_engine(op, settings, plan, workers)
-        engine.run(iter(jobs), collect)
+        try:
+            engine.run(iter(jobs), collect)
+        except FatalError as error:  # the device failed: the original error, once
+            raise error.cause from None
     summary.wall_seconds = time.perf_counter() - started
     return summary
 

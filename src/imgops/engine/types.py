@@ -80,9 +80,9 @@ class PipelineSettings:
     #: at least imgops.engine.device.CUDA_MIN_FILES.
     expected_files: int | None = None
     #: Most files decoded together on the device (one nvImageCodec call, one launch per shape).
-    batch_size: int = 32
+    batch_size: int = 64
     #: Most decoded bytes in one device batch (bounds GPU memory with large images).
-    batch_bytes: int = 512 << 20
+    batch_bytes: int = 1 << 30
     #: Pinned host memory for rows coming back from the device (bounds host memory).
     pinned_bytes: int = 512 << 20
 

@@ -211,6 +211,9 @@ def as_tensor(image: Any) -> Any:
     import torch
 
     nv = module()
-    if image.buffer_kind == nv.ImageBufferKind.STRIDED_DEVICE:
+    if image.buffer_kind != nv.ImageBufferKind.STRIDED_DEVICE:
+        return torch.from_numpy(np.asarray(image))
+    try:  # DLPack: torch passes its current stream, nvImageCodec orders its decode before it
         return torch.from_dlpack(image)
-    return torch.from_numpy(np.asarray(image))
+    except (TypeError, BufferError):  # an older DLPack handshake: the CUDA array interface
+        return torch.as_tensor(image, device=f"cuda:{image.device_id}")
