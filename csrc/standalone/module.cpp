@@ -78,8 +78,8 @@ PyObject* png_filter_rows(PyObject* /*self*/, PyObject* args) {
   const char* problem = nullptr;
   if (count < 0 || row_bytes < 1 || bpp < 1 || bpp > 8) {
     problem = "count >= 0, row_bytes >= 1 and 1 <= bpp <= 8 are required";
-  } else if (filter < imgops::png::kAdaptive || filter > imgops::png::kAverage) {
-    problem = "filter must be -1 (adaptive), 0 (None), 1 (Sub), 2 (Up) or 3 (Average)";
+  } else if (filter < imgops::png::kAdaptive || filter > imgops::png::kPaeth) {
+    problem = "filter must be -1 (adaptive), 0 (None), 1 (Sub), 2 (Up), 3 (Average) or 4 (Paeth)";
   } else if (rows.len < (count + 1) * row_bytes || out.len < count * (row_bytes + 1)) {
     problem = "rows needs (count + 1) * row_bytes bytes and out count * (row_bytes + 1)";
   }
@@ -106,7 +106,7 @@ PyMethodDef methods[] = {
     {"png_filter_rows", png_filter_rows, METH_VARARGS,
      "png_filter_rows(rows, out, count, row_bytes, bpp, filter): PNG-filters rows[1..count]\n"
      "(rows[0] is the row above) into out, count rows of 1 + row_bytes bytes. filter: -1\n"
-     "adaptive (Sub, Up or Average per row), 0 None, 1 Sub, 2 Up, 3 Average."},
+     "adaptive (Sub, Up or Average per row), 0 None, 1 Sub, 2 Up, 3 Average, 4 Paeth."},
     {nullptr, nullptr, 0, nullptr},
 };
 

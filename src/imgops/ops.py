@@ -11,7 +11,7 @@ from . import _extension
 
 _extension.load()
 
-__all__ = ["normalize_volume", "rgb_to_gray", "value_histogram"]
+__all__ = ["normalize_volume", "png_filter", "rgb_to_gray", "value_histogram"]
 
 # The float weights, as float32 values (what the kernels use).
 _LUMA_WEIGHTS = (0.299, 0.587, 0.114)
@@ -63,6 +63,22 @@ def normalize_volume(
     )
 
 
+def png_filter(image: torch.Tensor, filter: int) -> torch.Tensor:
+    """PNG-filtered rows of an (H, W) or (H, W, C) uint8/uint16 image, C in 1..4.
+
+    Returns uint8 (H, 1 + W * C * itemsize): each row's filter-type byte, then its residual bytes
+    (16-bit samples big-endian; the row above the first is zeros), ready for deflate.
+    `filter`: -1 adaptive (per row, the smallest sum of |residual| of Sub, Up and Average), 0 None,
+    1 Sub, 2 Up, 3 Average, 4 Paeth. The same bytes as `imgops._cli_kernels.png_filter_rows`.
+
+    Example:
+        >>> png_filter(torch.tensor([[1, 3, 6]], dtype=torch.uint8), 1)
+        tensor([[1, 1, 2, 3]], dtype=torch.uint8)
+    """
+    _require_tensor("png_filter", "image", image)
+    return torch.ops.imgops.png_filter.default(image, int(filter))
+
+
 def value_histogram(values: torch.Tensor) -> torch.Tensor:
     """Counts (int64) of every possible value: 256 bins for uint8, 65,536 for uint16 and int16.
 
@@ -93,6 +109,23 @@ def _value_histogram_fake(values):
     bins = _HISTOGRAM_BINS.get(values.dtype)
     torch._check(bins is not None, lambda: f"value_histogram: unsupported dtype {values.dtype}")
     return values.new_empty((bins,), dtype=torch.int64)
+
+
+@torch.library.register_fake("imgops::png_filter")
+def _png_filter_fake(image, filter):
+    torch._check(
+        image.dim() == 2 or (image.dim() == 3 and 1 <= image.shape[2] <= 4),
+        lambda: f"png_filter: expected (H, W) or (H, W, C), C in 1..4, got {tuple(image.shape)}",
+    )
+    torch._check(
+        image.dtype in (torch.uint8, torch.uint16),
+        lambda: f"png_filter: expected dtype uint8 or uint16, got {image.dtype}",
+    )
+    torch._check(image.shape[1] >= 1, lambda: "png_filter: rows must hold at least one pixel")
+    torch._check(-1 <= filter <= 4, lambda: f"png_filter: filter must be in -1..4, got {filter}")
+    channels = image.shape[2] if image.dim() == 3 else 1
+    row_bytes = image.shape[1] * channels * image.element_size()
+    return image.new_empty((image.shape[0], 1 + row_bytes), dtype=torch.uint8)
 
 
 def _rgb_to_gray_setup(ctx, inputs, output):

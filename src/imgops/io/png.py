@@ -45,7 +45,7 @@ _STRIP_BYTES = 1 << 19  # filter and compress about this many bytes at a time
 _SCORE_STRIDE = 4  # the adaptive filter scores every 4th byte of wide rows
 _IDAT_BYTES = 1 << 20  # emit an IDAT chunk once this much compressed data is pending
 _COLOR_TYPES = {1: 0, 2: 4, 3: 2, 4: 6}  # channels -> PNG color type
-_FILTER_NONE, _FILTER_SUB, _FILTER_UP, _FILTER_AVG = 0, 1, 2, 3
+_FILTER_NONE, _FILTER_SUB, _FILTER_UP, _FILTER_AVG, _FILTER_PAETH = 0, 1, 2, 3, 4
 
 
 @dataclass(frozen=True)
@@ -140,6 +140,8 @@ def _residuals(mode: int, cur: np.ndarray, up: np.ndarray, bpp: int, out: np.nda
         np.subtract(cur[:, bpp:], cur[:, :-bpp], out=out[:, bpp:])
     elif mode == _FILTER_UP:
         np.subtract(cur, up, out=out)
+    elif mode == _FILTER_PAETH:
+        _paeth_residuals(cur, up, bpp, out)
     else:  # Average: cur - floor((left + up) / 2), computed without widening
         left, above = cur[:, :-bpp], up[:, bpp:]
         tail = out[:, bpp:]
@@ -150,15 +152,29 @@ def _residuals(mode: int, cur: np.ndarray, up: np.ndarray, bpp: int, out: np.nda
         np.subtract(cur, out, out=out)
 
 
+def _paeth_residuals(cur: np.ndarray, up: np.ndarray, bpp: int, out: np.ndarray) -> None:
+    """Paeth residuals (PNG 9.4): cur minus whichever of left, above, upper-left is nearest
+    to left + above - upper-left (ties to left, then above); left = upper-left = 0 in pixel 0."""
+    a = np.zeros(cur.shape, dtype=np.int16)
+    c = np.zeros(cur.shape, dtype=np.int16)
+    a[:, bpp:] = cur[:, :-bpp]
+    c[:, bpp:] = up[:, :-bpp]
+    b = up.astype(np.int16)
+    pa = np.abs(b - c)
+    pb = np.abs(a - c)
+    pc = np.abs(a + b - 2 * c)
+    predictor = np.where((pa <= pb) & (pa <= pc), a, np.where(pb <= pc, b, c))
+    np.subtract(cur, predictor.astype(np.uint8), out=out)
+
+
 def _filter_strip(
     mode: str, cur: np.ndarray, up: np.ndarray, bpp: int, out: np.ndarray, work: np.ndarray
 ) -> None:
     """Fills `out` (rows, 1 + row bytes): the filter type byte then the residuals of each row."""
     body = out[:, 1:]
     if mode != "adaptive":
-        kind = {"none": _FILTER_NONE, "sub": _FILTER_SUB, "up": _FILTER_UP, "avg": _FILTER_AVG}
-        out[:, 0] = kind[mode]
-        _residuals(kind[mode], cur, up, bpp, body)
+        out[:, 0] = _FILTER_CODES[mode]
+        _residuals(_FILTER_CODES[mode], cur, up, bpp, body)
         return
     # Adaptive: the filter with the smallest sum of |residual| (as signed bytes) per row,
     # the heuristic the PNG specification recommends.
@@ -192,6 +208,7 @@ _FILTER_CODES = {
     "sub": _FILTER_SUB,
     "up": _FILTER_UP,
     "avg": _FILTER_AVG,
+    "paeth": _FILTER_PAETH,
 }
 
 
