@@ -28,7 +28,14 @@ import numpy as np
 
 from .errors import FileError
 
-__all__ = ["PER_CHOICES", "NormalizeResult", "normalize_file", "plane_groups"]
+__all__ = [
+    "PER_CHOICES",
+    "BinResult",
+    "NormalizeResult",
+    "bin_file",
+    "normalize_file",
+    "plane_groups",
+]
 
 PER_CHOICES = ("channel", "time", "channel,time", "none")
 FLOAT32_MAX = float(np.finfo(np.float32).max)
@@ -423,3 +430,192 @@ def _output_ranges(info, channel_of, lows, highs, clip) -> tuple[tuple[float, fl
         else:
             out.append((0.0, 1.0))
     return tuple(out)
+
+
+BIN_DTYPES = ("uint8", "uint16", "int16", "float32")
+
+
+@dataclass
+class BinResult:
+    """What `bin_file` did."""
+
+    source: Path
+    target: Path
+    factors: tuple[int, int, int]
+    shape: tuple[int, ...]
+    seconds: float = 0.0
+
+    def summary(self) -> str:
+        """One line naming the output."""
+        fz, fy, fx = self.factors
+        dims = "x".join(map(str, self.shape))
+        return f"{self.target}: written (binned {fz}x{fy}x{fx} in Z, Y, X: {dims})"
+
+
+def binned_info(info, factors: tuple[int, int, int]):
+    """The VolumeInfo of `info` binned by (fz, fy, fx): sizes, resolution, spacing and
+    physical sizes scaled; per-plane labels dropped when Z changes."""
+    import dataclasses
+
+    fz, fy, fx = factors
+    scale = {"Z": fz, "Y": fy, "X": fx}
+    sizes = tuple(n // scale.get(a, 1) for a, n in zip(info.axes, info.sizes, strict=True))
+    physical = dict(info.physical_sizes)
+    for axis, f in scale.items():
+        key = f"PhysicalSize{axis}"
+        if key in physical and not isinstance(physical[key], str):
+            physical[key] = physical[key] * f
+    extra = dict(info.imagej_extra)
+    if fz != 1:
+        extra.pop("Labels", None)
+    resolution = None
+    if info.resolution:
+        resolution = (info.resolution[0] / fx, info.resolution[1] / fy)
+    return dataclasses.replace(
+        info,
+        sizes=sizes,
+        shape=(math.prod(sizes[:-2]), sizes[-2], sizes[-1]),
+        resolution=resolution,
+        spacing=info.spacing * fz if info.spacing is not None else None,
+        physical_sizes=physical,
+        imagej_extra=extra,
+    )
+
+
+def bin_spans(axes: str, sizes, fz: int) -> tuple[tuple[tuple[int, int], ...], int]:
+    """(plane spans, planes per Z block) for Z binning: for each index of the axes before Z,
+    the planes of its whole Z blocks (trailing partial blocks dropped)."""
+    lead_axes, lead_sizes = axes[:-2], tuple(sizes[:-2])
+    if "Z" not in lead_axes:
+        return ((0, math.prod(lead_sizes)),), 1
+    at = lead_axes.index("Z")
+    outer = math.prod(lead_sizes[:at])
+    inner = math.prod(lead_sizes[at + 1 :])
+    depth = lead_sizes[at]
+    kept = (depth // fz) * fz * inner
+    spans = tuple((o * depth * inner, o * depth * inner + kept) for o in range(outer))
+    return spans, fz * inner
+
+
+def bin_fn(fz: int, fy: int, fx: int, inner: int):
+    """The per-chunk op: the block mean of whole Z blocks of planes (imgops.ops.bin)."""
+    from . import ops
+
+    def fn(chunk, span):
+        planes = chunk[span.core]
+        if fz == 1:
+            return ops.bin(planes, [fy, fx])
+        height, width = planes.shape[1:]
+        units = planes.shape[0] // (fz * inner)
+        blocks = planes.reshape(units, fz, inner, height, width).transpose(1, 2).contiguous()
+        out = ops.bin(blocks, [fz, fy, fx])  # (units, inner, 1, Y', X')
+        return out.reshape(units * inner, *out.shape[-2:])
+
+    return fn
+
+
+def bin_file(
+    src: str | os.PathLike[str],
+    dst: str | os.PathLike[str],
+    factors: Sequence[int],
+    *,
+    chunk_mb: float = 256,
+    device: Any = "cpu",
+    compress: str = "auto",
+    overwrite: bool = False,
+    on_message: Message | None = None,
+    progress: Callable[[str, int], Any] | None = None,
+) -> BinResult:
+    """Bins the stack `src` by (fz, fy, fx) into `dst`: the mean of each block (Fiji's
+    Image > Transform > Bin, average, with crop), streamed through the volume engine.
+
+    Integer types give the exact mean rounded half up, float32 the float64 mean cast;
+    uint8/uint16/int16/float32 stacks; the output keeps the input's dtype and metadata.
+    """
+    import contextlib
+    import time
+
+    import torch
+
+    from .io.atomic import OutputExistsError, atomic_output, check_output_folder
+    from .io.volumes import open_volume, write_volume
+    from .volume import plan_chunks, run_with_smaller_chunks
+    from .volume.stream import map_volume
+
+    src, target = Path(src), Path(dst)
+    say = on_message or (lambda kind, text: None)
+    fz, fy, fx = (int(f) for f in factors)
+    if min(fz, fy, fx) < 1:
+        raise ValueError(f"factors must be >= 1, got {tuple(factors)}")
+    device = torch.device(device) if not isinstance(device, torch.device) else device
+    started = time.perf_counter()
+    with open_volume(src) as reader:
+        info = reader.info
+        if info.dtype not in BIN_DTYPES:
+            raise FileError(src, f"has {info.dtype} pixels; bin reads {', '.join(BIN_DTYPES)}")
+        if fz > 1 and "Z" not in info.axes:
+            raise FileError(src, f"has no Z axis (axes {info.axes}) to bin by {fz}")
+        depth = info.sizes[info.axes.index("Z")] if "Z" in info.axes else 1
+        if depth < fz or info.shape[1] < fy or info.shape[2] < fx:
+            raise FileError(
+                src,
+                f"is {'x'.join(map(str, info.sizes))} ({info.axes}): smaller than one "
+                f"{fz}x{fy}x{fx} block",
+            )
+        if not overwrite and (target.exists() or target.is_symlink()):
+            raise FileError(target, "output exists (use --overwrite)")
+        try:
+            check_output_folder(target)
+        except OSError as error:
+            raise FileError(target, f"cannot write: {error.strerror}") from error
+        out_info = binned_info(info, (fz, fy, fx))
+        spans, unit = bin_spans(info.axes, info.sizes, fz)
+        plan = plan_chunks(
+            info.shape,
+            info.dtype,
+            info.dtype,
+            chunk_mb,
+            pinned=device.type == "cuda",
+            align=unit,
+            out_ratio=1 / (fz * fy * fx),
+            spans=spans,
+        )
+        fn = bin_fn(fz, fy, fx, unit // fz)
+        compression = _auto_compression(info, compress, "tiff")
+        say(
+            "detail",
+            f"{src}: {plan.chunk_count} chunks of {plan.slices_per_chunk} planes, "
+            f"{plan.buffer_bytes / 2**20:.0f} MiB of buffers, {device}",
+        )
+
+        def run(plan):
+            bar = progress(src.name, info.depth) if progress else None
+            with (
+                atomic_output(target, overwrite=overwrite) as temp,
+                bar or contextlib.nullcontext(lambda n=1: None) as advance,
+            ):
+                return map_volume(
+                    reader,
+                    fn,
+                    lambda pages: write_volume(
+                        temp, pages, out_info, info.dtype, compression=compression
+                    ),
+                    plan,
+                    device,
+                    on_progress=advance,
+                )
+
+        def retry(old, new) -> None:
+            say(
+                "info",
+                f"{src}: out of memory with {old.slices_per_chunk} planes per chunk; "
+                f"retrying with {new.slices_per_chunk}",
+            )
+
+        try:
+            run_with_smaller_chunks(run, plan, device, on_retry=retry)
+        except OutputExistsError as error:
+            raise FileError(target, "output exists (use --overwrite)") from error
+        except OSError as error:
+            raise FileError(target, f"cannot write: {error.strerror or error}") from error
+    return BinResult(src, target, (fz, fy, fx), out_info.sizes, time.perf_counter() - started)

@@ -76,11 +76,20 @@ def ome_channel_names(ome_xml: str | None) -> list[str]:
     return [c.get("Name", "") for c in pixels if c.tag.endswith("Channel")]
 
 
-def ome_xml_for_output(ome_xml: str, dtype: str, file_name: str) -> str | None:
+def ome_xml_for_output(
+    ome_xml: str,
+    dtype: str,
+    file_name: str,
+    *,
+    sizes: dict[str, int] | None = None,
+    physical: dict[str, Any] | None = None,
+) -> str | None:
     """The input's OME-XML with the pixel type set to `dtype` and the file named `file_name`.
 
     Everything else (channels, planes, instrument, annotations, TiffData) is kept as it was:
     the output's pages are written in the input's order, so TiffData still points at them.
+    When `sizes` (axis -> length) differ from the XML's (a binned output), SizeX/Y/Z/C/T and
+    `physical` sizes are updated, Plane elements dropped and one TiffData maps every page.
     None when the XML cannot describe the output (several images, or a type OME lacks).
     """
     kind = OME_PIXEL_TYPES.get(dtype)
@@ -98,6 +107,22 @@ def ome_xml_for_output(ome_xml: str, dtype: str, file_name: str) -> str | None:
     if "SignificantBits" in pixels.attrib:
         pixels.set("SignificantBits", str(8 * (8 if kind == "double" else 4)))
     pixels.attrib.pop("BigEndian", None)
+    if sizes and any(pixels.get(f"Size{a}") != str(n) for a, n in sizes.items() if a in "XYZCT"):
+        for axis, length in sizes.items():
+            if axis in "XYZCT":
+                pixels.set(f"Size{axis}", str(length))
+        for key, value in (physical or {}).items():
+            if key.startswith("PhysicalSize") and not key.endswith("Unit"):
+                pixels.set(key, repr(float(value)))
+        planes = 1
+        for axis in "ZCT":
+            planes *= int(pixels.get(f"Size{axis}", "1"))
+        for child in list(pixels):
+            if child.tag.endswith("Plane") or child.tag.endswith("TiffData"):
+                pixels.remove(child)
+        namespace = re.match(r"\{(.*)\}", pixels.tag)
+        tag = f"{{{namespace.group(1)}}}TiffData" if namespace else "TiffData"
+        ET.SubElement(pixels, tag, {"IFD": "0", "PlaneCount": str(planes)})
     for element in root.iter():
         if element.tag.endswith("}UUID") and element.get("FileName"):
             element.set("FileName", file_name)

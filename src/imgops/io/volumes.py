@@ -495,9 +495,10 @@ def output_flavour(info: VolumeInfo, dtype: str, bigtiff: bool, compression: str
     OME input stays OME for float32 (OME has no float16) with its XML kept; everything else is
     shaped, which keeps axes, spacing, unit, Info, Labels and ranges in its JSON description.
     """
-    if info.imagej and dtype == "float32" and not bigtiff and compression in IMAGEJ_COMPRESSIONS:
+    imagej_type = dtype in ("float32", "uint8", "uint16")  # what ImageJ 1.x stacks hold
+    if info.imagej and imagej_type and not bigtiff and compression in IMAGEJ_COMPRESSIONS:
         return "imagej"
-    if info.ome and dtype == "float32" and info.ome_xml:
+    if info.ome and dtype != "float16" and info.ome_xml:
         return "ome"
     return "shaped"
 
@@ -576,14 +577,20 @@ def write_volume(
     import numpy as np
     import tifffile
 
-    if dtype not in OUTPUT_DTYPES:
-        raise ValueError(f"output dtype must be one of {OUTPUT_DTYPES}, got {dtype!r}")
+    if dtype not in OUTPUT_DTYPES + ACCEPTED_DTYPES:
+        raise ValueError(f"output dtype must be one of {ACCEPTED_DTYPES}, got {dtype!r}")
     data_bytes = info.depth * info.shape[1] * info.shape[2] * np.dtype(dtype).itemsize
     bigtiff = needs_bigtiff(data_bytes, info.depth)
     flavour = output_flavour(info, dtype, bigtiff, compression)
     description = None
     if flavour == "ome":
-        description = ome_xml_for_output(info.ome_xml, dtype, Path(target).name)
+        description = ome_xml_for_output(
+            info.ome_xml,
+            dtype,
+            Path(target).name,
+            sizes=dict(zip(info.axes, info.sizes, strict=True)),
+            physical=info.physical_sizes,
+        )
         if description is None:
             flavour = "shaped"
     options = _write_options(info, dtype, flavour, ranges, description)
