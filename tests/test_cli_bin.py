@@ -128,3 +128,20 @@ def test_errors_are_one_line_and_leave_nothing(tmp_path: Path):
     assert invoke(tmp_path / "a.tif", "--factor", 1, 1, 1).exit_code == 2
     assert invoke(tmp_path / "a.tif", "--factor", 0, 2, 2).exit_code == 2
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.tif", "a_bin122.tif", "bad.tif"]
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("factors", [(1, 2, 2), (2, 3, 3)])
+def test_cuda_bin_equals_the_cpu_and_numpy(tmp_path: Path, factors):
+    for device in ("cpu", "cuda"):
+        out = tmp_path / f"{device}.tif"
+        result = invoke(
+            ANAT, "--factor", *factors, "-o", out, "--device", device, "--chunk-mb", 0.05
+        )
+        assert result.exit_code == 0, result.output
+    np.testing.assert_array_equal(
+        tifffile.imread(tmp_path / "cuda.tif"), tifffile.imread(tmp_path / "cpu.tif")
+    )
+    np.testing.assert_array_equal(
+        tifffile.imread(tmp_path / "cuda.tif"), block_mean(tifffile.imread(ANAT), factors)
+    )

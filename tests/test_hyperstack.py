@@ -364,3 +364,23 @@ def test_two_d_stays_two_d_and_ome_stays_ome(tmp_path: Path):
         assert _xml_without_type(before.ome_metadata.split("<Image")[1]) == _xml_without_type(
             after.ome_metadata.split("<Image")[1]
         )
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("args", [("--percentile", 1, 99.8), ("--max", "900,500"), ()])
+def test_cuda_per_channel_equals_the_cpu(zcyx: Path, args):
+    for device in ("cpu", "cuda"):
+        result = invoke(
+            zcyx,
+            *args,
+            "-o",
+            zcyx.with_name(f"{device}.tif"),
+            "--device",
+            device,
+            "--chunk-mb",
+            0.2,
+        )
+        assert result.exit_code == 0, result.output
+    np.testing.assert_array_equal(
+        tifffile.imread(zcyx.with_name("cuda.tif")), tifffile.imread(zcyx.with_name("cpu.tif"))
+    )

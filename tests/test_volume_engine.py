@@ -196,3 +196,52 @@ def test_other_errors_are_not_retried_and_one_plane_gives_up():
 
     with pytest.raises(MemoryError):
         run_with_smaller_chunks(always_oom, plan, CPU)
+
+
+# ------------------------------------------------------------------------------ CUDA
+
+
+def _collector(into: list):
+    return lambda pages: into.extend(page.copy() for page in pages)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("planes", [1, 5])
+def test_cuda_map_with_a_halo_equals_the_cpu(planes: int):
+    cuda = torch.device("cuda")
+    results = {}
+    for device in (CPU, cuda):
+        written: list[np.ndarray] = []
+        with open_volume(FMRI) as reader:
+            slot = (planes + 2) * reader.info.slice_bytes + planes * reader.info.slice_bytes * 4
+            plan = plan_chunks(
+                reader.info.shape,
+                "uint16",
+                "float64",
+                2 * slot / 2**20,
+                halo=1,
+                pinned=device.type == "cuda",
+            )
+            map_volume(reader, _z_mean3, _collector(written), plan, device)
+        results[device.type] = np.stack(written)
+    np.testing.assert_array_equal(results["cuda"], results["cpu"])
+
+
+@pytest.mark.cuda
+def test_cuda_out_of_memory_halves_and_retries():
+    cuda = torch.device("cuda")
+    with open_volume(FMRI) as reader:
+        plan = plan_chunks(reader.info.shape, "uint16", chunk_mb=8, pinned=True)
+        tries = []
+
+        def run(p):
+            tries.append(p.slices_per_chunk)
+            if p.slices_per_chunk > 2:
+                torch.empty(2**50, dtype=torch.uint8, device=cuda)  # a real torch.OutOfMemoryError
+            return reduce_volume(
+                reader, lambda c, s: int(c.to(torch.int64).sum()), lambda a, b: a + b, p, cuda
+            )
+
+        total, final = run_with_smaller_chunks(run, plan, cuda)
+    assert final.slices_per_chunk <= 2 and len(tries) >= 2
+    assert total == int(tifffile.imread(FMRI).astype(np.int64).sum())

@@ -2,8 +2,8 @@
 round trips through tifffile and zarr, metadata, a corrupt chunk, an interrupted write.
 
 Data: the hyperstack built from the fMRI sample (tests/data/volume/SOURCES.md).
-Until `imgops.ops.bin` lands on main, `numpy_block_mean` (test-only, below) stands in for it
-here; the product calls imgops.ops.bin and says so when a build lacks it."""
+`numpy_block_mean` (below) is the numpy reference the pyramid levels are checked against; the
+product builds them with imgops.ops.bin."""
 
 from __future__ import annotations
 
@@ -18,14 +18,13 @@ import zarr
 from click.testing import CliRunner
 from test_hyperstack import hyperstack
 
-import imgops.ops as ops
 from imgops.cli import cli
 
 ZCYX_META = {"axes": "ZCYX", "spacing": 2.2, "unit": "mm", "Ranges": (0.0, 1000.0, 100.0, 600.0)}
 
 
 def numpy_block_mean(x: torch.Tensor, factors) -> torch.Tensor:
-    """TEST-ONLY stand-in for imgops.ops.bin: block mean over the last dims, partial blocks
+    """numpy reference for imgops.ops.bin: block mean over the last dims, partial blocks
     dropped, floats exact (float64 mean, then cast), integers rounded half up."""
     a = x.numpy()
     lead = a.ndim - len(factors)
@@ -40,13 +39,6 @@ def numpy_block_mean(x: torch.Tensor, factors) -> torch.Tensor:
     if np.issubdtype(a.dtype, np.integer):
         mean = np.floor(mean + 0.5)
     return torch.from_numpy(mean.astype(a.dtype))
-
-
-@pytest.fixture(autouse=True)
-def block_mean(monkeypatch):
-    if not hasattr(ops, "bin"):
-        monkeypatch.setattr(ops, "bin", numpy_block_mean, raising=False)
-    return ops.bin
 
 
 @pytest.fixture
