@@ -145,13 +145,21 @@ class OutsideCounter:
             suspicious = True
         if not suspicious:
             return
-        if not self.clip:
-            self._outside.append(((out < 0) | (out > 1)).sum())
-        if self.float16:
-            overflow = torch.isinf(out)
-            if x.is_floating_point():
-                overflow &= torch.isfinite(x)
-            self._overflow.append(overflow.sum())
+        # plane by plane: the boolean temporaries stay one plane (whole-chunk ones of tens of
+        # MB grow the heap of a long run by hundreds of MB through fragmentation)
+        cpu = out.device.type == "cpu"
+        for i in range(out.shape[0] if cpu else 1):
+            plane, source = (out[i], x[i]) if cpu else (out, x)
+            if not self.clip:
+                self._outside.append(torch.count_nonzero((plane < 0) | (plane > 1)))
+            if self.float16:
+                overflow = torch.isinf(plane)
+                if source.is_floating_point():
+                    overflow &= torch.isfinite(source)
+                self._overflow.append(torch.count_nonzero(overflow))
+        if cpu:  # keep the list short; CUDA sums are read at the end
+            self._outside = [sum(int(v) for v in self._outside)]
+            self._overflow = [sum(int(v) for v in self._overflow)]
 
     def totals(self) -> tuple[int, int]:
         """(values outside [0, 1], float16 overflows)."""
