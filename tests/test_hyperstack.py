@@ -259,7 +259,10 @@ def test_folders_and_recursion(tmp_path: Path):
     shutil.copy(ANAT, tmp_path / "in" / "sub" / "b.tif")
     result = invoke(tmp_path / "in", "-r", "--max", 40000, "-d", tmp_path / "out")
     assert result.exit_code == 0, result.output
-    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["a.tif", "b.tif"]
+    written = sorted(
+        str(p.relative_to(tmp_path / "out")) for p in (tmp_path / "out").rglob("*.tif")
+    )
+    assert written == ["a.tif", "sub/b.tif"]  # the shared planner keeps sub-folders under -d
 
 
 # ------------------------------------------------------------------- codecs and layouts
@@ -384,3 +387,15 @@ def test_cuda_per_channel_equals_the_cpu(zcyx: Path, args):
     np.testing.assert_array_equal(
         tifffile.imread(zcyx.with_name("cuda.tif")), tifffile.imread(zcyx.with_name("cpu.tif"))
     )
+
+
+def test_files_from_with_null_separators(tmp_path: Path):
+    shutil.copy(DWI, tmp_path / "a b.tif")
+    shutil.copy(ANAT, tmp_path / "c.tif")
+    listing = f"{tmp_path / 'a b.tif'}\0{tmp_path / 'c.tif'}\0".encode()
+    result = CliRunner().invoke(
+        cli, ["normvol", "--files-from", "-", "-0", "--max", "40000"], input=listing
+    )
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "a b_norm.tif").exists() and (tmp_path / "c_norm.tif").exists()
+    assert "2 written" in result.stderr

@@ -10,16 +10,18 @@ from pathlib import Path
 import click
 
 from ..cli_common import (
-    Reporter,
     device_option,
+    files_from_option,
+    null_option,
     overwrite_option,
+    planner_errors,
     quiet_option,
+    recursive_option,
     resolve_device,
     skip_existing_option,
     verbose_option,
 )
-from ..errors import ImgopsError
-from .normvol import _check_targets, collect_inputs, split_name
+from .normvol import plan_batch, run_plan, split_name
 
 
 def _factor(ctx: click.Context, param: click.Parameter, value):
@@ -68,8 +70,9 @@ def bin_output_for(path: Path, output: Path | None, directory: Path | None, fact
     type=click.Path(path_type=Path, file_okay=False),
     help="Write DIR/<name> for each input (created if missing).",
 )
-@click.option("-r", "--recursive", is_flag=True, help="Folders: include sub-folders.")
-@click.option("--files-from", type=click.File("r"), help="Read input paths from FILE ('-': stdin).")
+@recursive_option
+@files_from_option
+@null_option
 @click.option(
     "--compress",
     type=click.Choice(["auto", "none", "zlib", "zstd", "lzw"]),
@@ -96,6 +99,7 @@ def bin_command(
     directory: Path | None,
     recursive: bool,
     files_from,
+    null: bool,
     compress: str,
     chunk_mb: float,
     device: str,
@@ -114,53 +118,45 @@ def bin_command(
     $ imgops bin stack.tif --factor 1 2 2            # stack_bin122.tif
     $ imgops bin scans/ --factor 2 2 2 -d binned/
     """
-    if output is not None and directory is not None:
-        raise click.UsageError("use -o/--output or -d/--output-dir, not both")
-    reporter = Reporter(quiet=quiet, verbose=verbose)
-    try:
-        paths = collect_inputs(inputs, recursive, files_from)
-    except ImgopsError as error:
-        raise click.UsageError(error.format_message()) from None
-    if not paths:
-        raise click.UsageError("no inputs (give files, folders, or --files-from)")
-    if output is not None and len(paths) > 1:
-        raise click.UsageError("-o/--output takes one input; use -d/--output-dir for several")
-    targets = [bin_output_for(p, output, directory, factors) for p in paths]
-    _check_targets(paths, targets)
+    from ..report import Report
+
+    report = Report(quiet=quiet, verbose=verbose)
+    with planner_errors():
+        plan = plan_batch(
+            inputs,
+            output,
+            directory,
+            None,
+            files_from,
+            null,
+            recursive,
+            overwrite,
+            skip_existing,
+            zarr_output=False,
+            default_name=lambda p: bin_output_for(p, None, directory, factors).name,
+        )
+    report.total = plan.total
     from ..io.volumes import quiet_tifffile
     from ..volume_files import bin_file
 
     if not verbose:
         quiet_tifffile()
     torch_device = resolve_device(device)
-    if directory is not None:
-        directory.mkdir(parents=True, exist_ok=True)
-    done = failures = skipped = 0
-    for path, target in zip(paths, targets, strict=True):
-        if skip_existing and target.exists():
-            skipped += 1
-            continue
-        try:
-            result = bin_file(
-                path,
-                target,
-                factors,
-                chunk_mb=chunk_mb,
-                device=torch_device,
-                compress=compress,
-                overwrite=overwrite,
-                progress=reporter.progress,
-                on_message=lambda kind, text: (
-                    reporter.info if kind != "detail" else reporter.detail
-                )(text),
-            )
-            done += 1
-            reporter.info(result.summary())
-        except ImgopsError as error:
-            failures += 1
-            reporter.error(error.format_message())
-    if len(paths) > 1 or failures:
-        summary = f"bin: {done} written, {skipped} skipped, {failures} failed"
-        (reporter.error if failures and quiet else reporter.info)(summary)
-    if failures:
-        raise click.exceptions.Exit(1)
+
+    def message(kind: str, text: str) -> None:
+        (report.detail if kind == "detail" else report.info)(text)
+
+    def work(source: Path, target: Path):
+        return bin_file(
+            source,
+            target,
+            factors,
+            chunk_mb=chunk_mb,
+            device=torch_device,
+            compress=compress,
+            overwrite=overwrite,
+            progress=report.progress,
+            on_message=message,
+        )
+
+    run_plan(plan, report, work, "bin")

@@ -7,16 +7,19 @@ inputs and outputs, and reports (one line per file, warnings, the batch summary)
 from __future__ import annotations
 
 import math
-import traceback
 from pathlib import Path
 
 import click
 
 from ..cli_common import (
-    Reporter,
     device_option,
+    files_from_option,
+    name_option,
+    null_option,
     overwrite_option,
+    planner_errors,
     quiet_option,
+    recursive_option,
     resolve_device,
     skip_existing_option,
     verbose_option,
@@ -92,44 +95,6 @@ def output_for(path: Path, output: Path | None, directory: Path | None) -> Path:
     return path.with_name(f"{stem}_norm{suffix}")
 
 
-def _same_file(a: Path, b: Path) -> bool:
-    try:
-        return a.exists() and b.exists() and a.samefile(b)
-    except OSError:
-        return False
-
-
-def _is_store(path: Path) -> bool:
-    return path.name.lower().endswith(".zarr") and path.is_dir()
-
-
-def collect_inputs(paths, recursive: bool, files_from) -> list[Path]:
-    """Files as given; folders expanded to their TIFF files (sorted; all levels with -r);
-    --files-from adds one path a line ('-' is stdin)."""
-    found: list[Path] = []
-    for path in paths:
-        if path.is_dir() and not _is_store(path):
-            pattern = "**/*" if recursive else "*"
-            try:
-                entries = sorted(path.glob(pattern))
-            except OSError as error:
-                raise FileError(path, f"cannot list the folder: {error.strerror}") from error
-            files = [
-                p
-                for p in entries
-                if (p.is_file() and p.suffix.lower() in _INPUT_SUFFIXES or _is_store(p))
-                and not any(_is_store(parent) for parent in p.relative_to(path).parents)
-            ]
-            if not files:
-                raise FileError(path, "no .tif/.tiff files or .zarr stores in this folder")
-            found.extend(files)
-        else:
-            found.append(path)
-    if files_from is not None:
-        found.extend(Path(line.strip()) for line in files_from if line.strip())
-    return found
-
-
 @click.command()
 @click.argument("inputs", nargs=-1, type=click.Path(path_type=Path))
 @click.option("-o", "--output", type=click.Path(path_type=Path), help="Output (.tif or .ome.zarr).")
@@ -141,12 +106,10 @@ def collect_inputs(paths, recursive: bool, files_from) -> list[Path]:
     type=click.Path(path_type=Path, file_okay=False),
     help="Write DIR/<name> for each input (created if missing).",
 )
-@click.option("-r", "--recursive", is_flag=True, help="Folders: include sub-folders.")
-@click.option(
-    "--files-from",
-    type=click.File("r"),
-    help="Read input paths from FILE, one a line ('-' for stdin).",
-)
+@recursive_option
+@files_from_option
+@null_option
+@name_option("{stem}_norm.tif", "{stem}.tif")
 @click.option(
     "--max",
     "maximum",
@@ -236,6 +199,8 @@ def normvol(
     directory: Path | None,
     recursive: bool,
     files_from,
+    null: bool,
+    name_template: str | None,
     maximum,
     minimum,
     percentiles,
@@ -283,29 +248,27 @@ def normvol(
             f"--max {maximum:g} must be greater than --min (default 0 for unsigned stacks)",
             param_hint="--max",
         )
-    if output is not None and output.is_dir() and not output.name.lower().endswith(".zarr"):
-        raise click.BadParameter(f"{output} is a directory", param_hint="-o/--output")
-    reporter = Reporter(quiet=quiet, verbose=verbose)
-    try:
-        paths = collect_inputs(inputs, recursive, files_from)
-    except FileError as error:
-        raise click.UsageError(error.format_message()) from None
-    if not paths:
-        raise click.UsageError("no inputs (give files, folders, or --files-from)")
-    if output is not None and len(paths) > 1:
-        raise click.UsageError("-o/--output takes one input; use -d/--output-dir for several")
-    paths, own = _drop_own_outputs(paths, output, directory)
-    for path, source in own:
-        reporter.detail(f"{path}: skipped (it is the output of {source})")
-    targets = [output_for(path, output, directory) for path in paths]
-    _check_targets(paths, targets)
+    from ..report import Report
+
+    report = Report(quiet=quiet, verbose=verbose)
+    with planner_errors():
+        plan = plan_batch(
+            inputs,
+            output,
+            directory,
+            name_template,
+            files_from,
+            null,
+            recursive,
+            overwrite,
+            skip_existing,
+        )
+    report.total = plan.total
     if not verbose:
         from ..io.volumes import quiet_tifffile
 
         quiet_tifffile()
     torch_device = resolve_device(device)
-    if directory is not None:
-        directory.mkdir(parents=True, exist_ok=True)
     options = dict(
         max=maximum if maximum is not None else "data",
         min=minimum,
@@ -322,44 +285,122 @@ def normvol(
         device=torch_device,
         overwrite=overwrite,
     )
-    failures = done = skipped = 0
-    for path, target in zip(paths, targets, strict=True):
-        if skip_existing and target.exists():
-            reporter.detail(f"{target}: exists, skipped")
-            skipped += 1
-            continue
-        try:
-            result = _normalise_one(path, target, options, reporter)
-            done += 1
-            reporter.info(result.summary())
-        except ImgopsError as error:
-            failures += 1
-            reporter.error(error.format_message())
-            if verbose:
-                traceback.print_exc()
-        except MemoryError:
-            failures += 1
-            reporter.error(f"{path}: out of memory (try a smaller --chunk-mb)")
-        except Exception as error:  # torch.OutOfMemoryError after halving to one plane
-            if type(error).__name__ != "OutOfMemoryError":
-                raise
-            failures += 1
-            reporter.error(
-                f"{path}: out of GPU memory even with one plane per chunk "
-                "(free GPU memory, or use --device cpu)"
-            )
-    if len(paths) > 1 or failures:
-        summary = f"normvol: {done} written, {skipped} skipped, {failures} failed"
-        if failures and quiet:
-            reporter.error(summary)
+    run_plan(plan, report, lambda src, dst: _normalise_one(src, dst, options, report), "normvol")
+
+
+def plan_batch(
+    inputs, output, directory, name_template, files_from, null, recursive, overwrite,
+    skip_existing, *, default_name=None, zarr_output: bool = True,
+):  # fmt: skip
+    """The shared planner's Plan (imgops.planner) for a volume command; `.zarr` stores named as
+    inputs, and `-o x.ome.zarr` (a folder the planner would refuse), are planned here."""
+    from ..planner import NameRule as Rule
+    from ..planner import (
+        Plan,
+        Source,
+        Task,
+        collect_inputs,
+        make_output_folders,
+        plan_outputs,
+    )
+
+    names = [str(n) for n in inputs]
+    stores = [Path(n) for n in names if n.lower().rstrip("/").endswith(".zarr")]
+    names = [n for n in names if not n.lower().rstrip("/").endswith(".zarr")]
+    sources = collect_inputs(
+        names,
+        recursive=recursive,
+        files_from=files_from,
+        null=null,
+        suffixes=_INPUT_SUFFIXES,
+        skip_dirs=[directory] if directory is not None else [],
+    )
+    sources.items.extend(Source(p) for p in stores)
+    if not sources.items and not sources.problems:
+        raise click.UsageError("no inputs (give files, folders, or --files-from)")
+    zarr_target = output is not None and str(output).lower().rstrip("/").endswith(".zarr")
+    if zarr_target and zarr_output:
+        if len(sources.items) + len(sources.problems) != 1:
+            raise click.UsageError("-o takes exactly one input; use -d DIR for several")
+        plan = Plan(problems=list(sources.problems))
+        target = Path(output)
+        if sources.items:
+            item = sources.items[0]
+            if item.path is not None and target.absolute() == item.path.absolute():
+                raise click.UsageError(f"-o {output} would overwrite its input")
+            if target.exists() and not overwrite and skip_existing:
+                from ..planner import Problem
+
+                plan.skipped.append(Problem(item.label, f"skipped, {target} exists"))
+                return plan
+            plan.tasks.append(Task(item, target))
+        return plan
+    if name_template is not None:
+        rule = Rule(name_template, "tif", stem=output_stem)
+    else:  # x.ome.tif -> x_norm.ome.tif; a .zarr input -> .ome.zarr beside
+        name = default_name or (lambda p: output_for(p, None, directory).name)
+        rule = Rule("{stem}", "", stem=name)
+    plan = plan_outputs(
+        sources,
+        rule=rule,
+        output=output,
+        output_dir=directory,
+        overwrite=overwrite,
+        skip_existing=skip_existing,
+    )
+    make_output_folders(plan)
+    return plan
+
+
+def run_plan(plan, report, work, command: str) -> None:
+    """Runs `work(source, target)` for every task; every failure is one line and the batch goes
+    on; Ctrl-C prints what was done. Exits with the Report's status."""
+    from ..io.atomic import remove_pending_temporaries
+
+    for problem in plan.problems:
+        report.fail(problem.label, problem.reason)
+    for entry in plan.skipped:
+        report.skip(entry.label, entry.reason)
+    for entry in plan.left_out:
+        report.detail(f"{entry.label}: {entry.reason}")
+    try:
+        for task in plan.tasks:
+            source = task.source.path
+            try:
+                result = work(source, task.target)
+                report.wrote(task.source.label, task.target)
+                report.info(result.summary())
+            except FileError as error:
+                report.fail(error.path, error.problem, error)
+            except ImgopsError as error:
+                report.fail(task.source.label, error.format_message(), error)
+            except MemoryError as error:
+                report.fail(task.source.label, "out of memory (try a smaller --chunk-mb)", error)
+            except Exception as error:  # torch.OutOfMemoryError after halving to one plane
+                if type(error).__name__ != "OutOfMemoryError":
+                    raise
+                report.fail(
+                    task.source.label,
+                    "out of GPU memory even with one plane per chunk "
+                    "(free GPU memory, or use --device cpu)",
+                    error,
+                )
+    except KeyboardInterrupt:
+        remove_pending_temporaries()
+        report.interrupted = True
+        report.error(report.interrupted_line())
+        raise click.exceptions.Exit(report.exit_code) from None
+    if plan.total > 1 or report.failures:
+        summary = f"{command}: {report.line()}"
+        if report.failures and report.quiet:
+            report.error(summary)
         else:
-            reporter.info(summary)
-    if failures:
-        raise click.exceptions.Exit(1)
-    return 0
+            report.info(summary)
+    if report.exit_code:
+        raise click.exceptions.Exit(report.exit_code)
 
 
-def _normalise_one(path: Path, target: Path, options: dict, reporter: Reporter):
+def _normalise_one(path: Path, target: Path, options: dict, reporter):
     from ..volume_files import normalize_file
 
     def message(kind: str, text: str) -> None:
@@ -371,34 +412,3 @@ def _normalise_one(path: Path, target: Path, options: dict, reporter: Reporter):
             reporter.detail(text)
 
     return normalize_file(path, target, **options, on_message=message, progress=reporter.progress)
-
-
-def _drop_own_outputs(paths: list[Path], output, directory) -> tuple[list[Path], list]:
-    """Inputs that are another input's default output (a rerun over `*.tif`) are left out."""
-    if output is not None or directory is not None:
-        return paths, []
-    produced = {}
-    for path in paths:
-        produced.setdefault(output_for(path, None, None).absolute(), path)
-    kept, own = [], []
-    for path in paths:
-        source = produced.get(path.absolute())
-        if source is not None and source != path:
-            own.append((path, source))
-        else:
-            kept.append(path)
-    return kept, own
-
-
-def _check_targets(inputs: list[Path], targets: list[Path]) -> None:
-    """No output may be another output, or any input of the batch (same path or same inode)."""
-    seen: dict[Path, Path] = {}
-    resolved_inputs = {p.resolve(): p for p in inputs}
-    for path, target in zip(inputs, targets, strict=True):
-        key = target.resolve()
-        if key in seen:
-            raise click.UsageError(f"{seen[key]} and {path} would both write {target}")
-        seen[key] = path
-        if key in resolved_inputs or any(_same_file(p, target) for p in inputs):
-            victim = resolved_inputs.get(key, path)
-            raise click.UsageError(f"{victim}: the output of {path} would overwrite the input")
