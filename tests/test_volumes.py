@@ -129,7 +129,10 @@ BAD_FILES = {
     ),
     "unknown_axes": (
         lambda p: tifffile.imwrite(
-            p, np.zeros((3, 2, 8, 8), np.uint16), photometric="minisblack", metadata={"axes": "TQYX"}
+            p,
+            np.zeros((3, 2, 8, 8), np.uint16),
+            photometric="minisblack",
+            metadata={"axes": "TQYX"},
         ),
         "unknown: Q",
     ),

@@ -327,8 +327,11 @@ class OmeZarrWriter:
         inner = math.prod(lead_sizes[lead_axes.index("Z") + 1 :]) if "Z" in lead_axes else 1
         plane_bytes = self.height * self.width * itemsize
         cz = max(1, min(depth, chunk_bytes // max(1, tile_y * tile_x * itemsize), 64))
-        cz = max(1, min(cz, _BLOCK_BUFFER_BYTES // max(1, inner * plane_bytes)))
-        self.block_depth = cz
+        self.chunk_depth = cz
+        # blocks of several chunk layers per write: fewer, larger zarr writes (each has a fixed
+        # cost), capped by the planes they hold
+        layers = max(1, min(4, _BLOCK_BUFFER_BYTES // max(1, inner * plane_bytes * cz)))
+        self.block_depth = max(1, min(depth, cz * layers))
         self.tile = (tile_y, tile_x)
 
     def _level_shape(self, level: int) -> tuple[int, ...]:
@@ -343,7 +346,7 @@ class OmeZarrWriter:
         arrays = []
         for level in range(self.levels):
             shape = self._level_shape(level)
-            lead_chunks = tuple(self.block_depth if a == "Z" else 1 for a in self.axes[:-2])
+            lead_chunks = tuple(self.chunk_depth if a == "Z" else 1 for a in self.axes[:-2])
             chunks = (*lead_chunks, min(self.tile[0], shape[-2]), min(self.tile[1], shape[-1]))
             options: dict[str, Any] = {
                 "shape": shape,
