@@ -327,11 +327,10 @@ class OmeZarrWriter:
         inner = math.prod(lead_sizes[lead_axes.index("Z") + 1 :]) if "Z" in lead_axes else 1
         plane_bytes = self.height * self.width * itemsize
         cz = max(1, min(depth, chunk_bytes // max(1, tile_y * tile_x * itemsize), 64))
+        cz = max(1, min(cz, _BLOCK_BUFFER_BYTES // max(1, inner * plane_bytes)))
         self.chunk_depth = cz
-        # blocks of several chunk layers per write: fewer, larger zarr writes (each has a fixed
-        # cost), capped by the planes they hold
-        layers = max(1, min(4, _BLOCK_BUFFER_BYTES // max(1, inner * plane_bytes * cz)))
-        self.block_depth = max(1, min(depth, cz * layers))
+        # one chunk layer per write: 4 layers per write measured slower and 15 % more RSS
+        self.block_depth = cz
         self.tile = (tile_y, tile_x)
 
     def _level_shape(self, level: int) -> tuple[int, ...]:
