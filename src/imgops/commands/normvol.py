@@ -412,3 +412,20 @@ def _normalise_one(path: Path, target: Path, options: dict, reporter):
             reporter.detail(text)
 
     return normalize_file(path, target, **options, on_message=message, progress=reporter.progress)
+
+
+def _smaller_chunks_on_gpu_oom(run, plan, path: Path, device, reporter):
+    """(run(plan), plan) halving the chunk after GPU out-of-memory errors (CUDA only; kept for
+    callers of the old name: the engine's `run_with_smaller_chunks` is the one place)."""
+    from ..volume import run_with_smaller_chunks
+
+    if device.type != "cuda":
+        return run(plan), plan
+
+    def note(old, new) -> None:
+        reporter.info(
+            f"{path}: out of GPU memory with {old.slices_per_chunk} slices per chunk; "
+            f"retrying with {new.slices_per_chunk}"
+        )
+
+    return run_with_smaller_chunks(run, plan, device, on_retry=note)
