@@ -222,6 +222,13 @@ def test_decoder_gpu_without_nvimgcodec_is_a_clear_error(monkeypatch, tmp_path: 
     assert not target.exists()
 
 
+def test_status_is_one_line_for_doctor(monkeypatch):
+    usable, why = gpu_decode.status()
+    assert isinstance(usable, bool) and why and "\n" not in why and "jenkins" not in why
+    monkeypatch.setattr(gpu_decode, "_load", lambda: (None, "nvImageCodec is not installed"))
+    assert gpu_decode.status() == (False, "nvImageCodec is not installed")
+
+
 def test_decoder_gpu_without_a_gpu_is_a_clear_error(monkeypatch):
     monkeypatch.setattr(device_choice, "cuda_device_count", lambda: 0)
     with pytest.raises(gpu_decode.GpuDecoderUnavailable, match="no CUDA GPU"):
