@@ -417,3 +417,44 @@ def test_png_filter_bytes_equal_on_cpu_and_cuda():
             cpu = torch.ops.imgops.png_filter(image, code)
             cuda = torch.ops.imgops.png_filter(image.cuda(), code).cpu()
             assert torch.equal(cpu, cuda), (shape, code)
+
+
+@pytest.mark.cuda
+@needs_nvimgcodec
+def test_gpu_jpeg_output_is_close_to_the_cpu_encoders(tmp_path: Path):
+    photos = [SAMPLES / "rocket_baseline_rgb.jpg", SAMPLES / "flower_progressive_3mp.jpg"]
+    for device in ("cpu", "cuda"):
+        (tmp_path / device).mkdir()
+        jobs = [Job(p, tmp_path / device / f"{p.stem}.jpg", p.name) for p in photos]
+        settings = PipelineSettings(device=device, fmt="jpg", jpeg_quality=90)
+        assert run_batch(jobs, GRAY, settings).written == len(photos)
+    for path in photos:
+        a = cv2.imread(str(tmp_path / "cpu" / f"{path.stem}.jpg"), cv2.IMREAD_UNCHANGED)
+        b = cv2.imread(str(tmp_path / "cuda" / f"{path.stem}.jpg"), cv2.IMREAD_UNCHANGED)
+        assert a.shape == b.shape and b.ndim == 2
+        assert np.abs(a.astype(int) - b.astype(int)).mean() < 1.5, path.name
+
+
+@pytest.mark.cuda
+@needs_nvimgcodec
+def test_gpu_memory_stays_bounded_whatever_the_batch_size(tmp_path: Path):
+    import shutil
+
+    import torch
+
+    folder = tmp_path / "in"
+    folder.mkdir()
+    for index in range(48):
+        shutil.copy(SAMPLES / "flower_progressive_3mp.jpg", folder / f"{index}.jpg")
+    peaks = {}
+    for count in (12, 48):
+        out = tmp_path / f"out{count}"
+        out.mkdir()
+        files = sorted(folder.iterdir())[:count]
+        jobs = [Job(p, out / f"{p.stem}.png", p.name) for p in files]
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        settings = PipelineSettings(device="cuda", batch_size=8, batch_bytes=64 << 20)
+        assert run_batch(jobs, GRAY, settings).written == count
+        peaks[count] = torch.cuda.max_memory_allocated()
+    assert peaks[48] <= 1.25 * peaks[12] + (32 << 20), peaks  # no growth with the batch
