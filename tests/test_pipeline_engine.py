@@ -346,13 +346,24 @@ def _stand_in_encode_png_filtered(rows, *, width, height, channels, bit_depth, l
 @pytest.mark.skipif(
     __import__("imgops.native", fromlist=["x"]).cli_kernels() is None, reason="no _cli_kernels"
 )
-def test_device_png_filter_path_writes_the_cpu_paths_pixels(tmp_path: Path, monkeypatch):
-    """The rows-filtered-on-the-device path (png_filter op + encode_png_filtered), exercised
-    with stand-ins of both contracts until the real ones land; pixels must be the host's."""
+@pytest.mark.parametrize("impl", ["stand-in", "op"])
+def test_device_png_filter_path_writes_the_cpu_paths_pixels(tmp_path: Path, monkeypatch, impl):
+    """The rows-filtered-on-the-device path (png_filter + encode_png_filtered): the filter is
+    the real torch op (or a stand-in of its contract), the encoder a stand-in of its contract
+    until the PNG encoder's lands; pixels must be the host path's."""
     from imgops.engine import batched
     from imgops.io import png
 
-    monkeypatch.setattr(batched, "_png_filter_op", lambda torch: _stand_in_png_filter)
+    if impl == "op":
+        import torch
+
+        from imgops import _extension
+
+        _extension.load()
+        if batched._png_filter_op(torch) is None:
+            pytest.skip("torch.ops.imgops.png_filter is not built")
+    else:
+        monkeypatch.setattr(batched, "_png_filter_op", lambda torch: _stand_in_png_filter)
     monkeypatch.setattr(batched, "_encode_png_filtered", lambda: _stand_in_encode_png_filtered)
     monkeypatch.setattr(png, "filter_code_for", lambda level: -1, raising=False)
     for op in (GRAY, INVERT):
