@@ -264,12 +264,19 @@ def test_pngcheck_accepts_every_kind(tmp_path: Path) -> None:
 
 @needs_kernels
 def test_checksums_match_zlib() -> None:
+    """CRC-32 (PCLMUL folding and the table loop) and Adler-32 (AVX2 and scalar) = zlib's."""
     rng = np.random.default_rng(0)
-    for n in (0, 1, 7, 8, 31, 32, 33, 5551, 5552, 5553, 70000):
+    for n in (0, 1, 7, 8, 15, 16, 17, 31, 32, 33, 63, 64, 65, 79, 80, 127, 128, 129, 5551, 5552,
+              5553, 70000, 70001 + 15):  # fmt: skip
         data = rng.integers(0, 256, n, dtype=np.uint8).tobytes()
-        assert KERNELS.checksums(data) == (zlib.crc32(data), zlib.adler32(data), zlib.adler32(data))
+        crc, adler = zlib.crc32(data), zlib.adler32(data)
+        assert KERNELS.checksums(data) == (crc, adler, adler, crc), n
     ones = b"\xff" * 200_000  # the largest sums the Adler loops must not overflow on
-    assert KERNELS.checksums(ones)[1:] == (zlib.adler32(ones),) * 2
+    assert KERNELS.checksums(ones) == (
+        zlib.crc32(ones),
+        *(zlib.adler32(ones),) * 2,
+        zlib.crc32(ones),
+    )
 
 
 def test_filter_code_for_every_level() -> None:
