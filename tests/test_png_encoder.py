@@ -345,3 +345,12 @@ def test_native_entry_points_refuse_bad_arguments() -> None:
         KERNELS.png_encode(pixels, 4, 4, 0, 1, 4, 4)
     with pytest.raises(ValueError, match="exactly"):
         KERNELS.png_encode_filtered(np.zeros((4, 4), np.uint8), 4, 4, 1, 1)
+
+
+@needs_kernels
+def test_rows_wider_than_a_block() -> None:
+    """Rows over 64 KiB (one row a block): noise (stored, after the rewind) and gradients."""
+    noise = _image("noise", (3, 9000, 4), np.uint16, 8)
+    check_file(noise, assert_filtered_path_matches(noise))
+    ramp = _image("gradient", (4, 20000, 3), np.uint16, 9)
+    check_file(ramp, assert_filtered_path_matches(ramp))
