@@ -77,3 +77,15 @@ def test_without_the_capture_the_warnings_reach_stderr_as_before():
     assert all(warnings == [] for _, warnings in results)
     assert "libpng warning: tEXt: CRC error" in stderr
     assert "Corrupt JPEG data" in stderr
+
+
+def test_install_leaves_a_test_runners_stderr_alone(monkeypatch):
+    """In-process runs (click's CliRunner, pytest) swap sys.stderr for a capture stream:
+    installing then would send imgops' messages past it, so install() declines."""
+    import io
+
+    from imgops.io import decoder_warnings
+
+    monkeypatch.setattr("sys.stderr", io.StringIO())
+    assert decoder_warnings.install() is False
+    assert not decoder_warnings.installed()
