@@ -37,7 +37,7 @@ SCRIPT = textwrap.dedent(
     kinds = {"png": png, "bad_png": bad_png, "jpeg": jpeg, "bad_jpeg": bad_jpeg}
     if install:
         assert decoder_warnings.install()
-    names = [name for _ in range(12) for name in kinds]
+    names = [name for _ in range(6) for name in kinds]
     with ThreadPoolExecutor(6) as pool:
         results = list(pool.map(lambda name: decode_image(kinds[name]).warnings, names))
     print("python's own line", file=sys.stderr)
