@@ -144,7 +144,9 @@ def run_case(tmp: Path, seed: int) -> None:
     if mode == "named":
         targets = [os.path.join(os.fsencode(folder), os.fsencode(e.name)) for e in entries]
         args = [*targets, b"-d", os.fsencode(out)]
-        entries = [e for e in entries if e.kind != "folder_named_png"]  # a folder is an input
+        for entry in entries:  # a folder named as an input with no images in it is an error
+            if entry.kind == "folder_named_png":
+                entry.kind = "empty_folder_input"
     else:
         args = [os.fsencode(folder), b"-d", os.fsencode(out)] + (
             [b"-r"] if mode == "folder_r" else []
@@ -164,7 +166,7 @@ def run_case(tmp: Path, seed: int) -> None:
     stderr = process.stderr.decode("utf-8", "replace")
     context = f"seed {seed} mode {mode} {[(e.token, e.kind) for e in entries]}:\n{stderr}"
     assert "Traceback" not in stderr, context
-    bad = [e for e in entries if e.kind in BAD]
+    bad = [e for e in entries if e.kind in BAD or e.kind == "empty_folder_input"]
     good = [e for e in entries if e.expected is not None]
     assert process.returncode == (1 if bad else 0), context
     error_lines = [line for line in stderr.splitlines() if line.startswith("imgops: error:")]
