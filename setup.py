@@ -12,6 +12,8 @@ Environment:
                      to a CPU-only build (CI sets it)
   IMGOPS_CPU_ONLY=1  never compile the CUDA kernels
   DEBUG=1            -O0 -g
+  IMGOPS_STABLE_PROTOTYPE=1  also build imgops._C_stable, rgb_to_gray on PyTorch's stable ABI
+                     (csrc/stable/; torch >= 2.10 and CPython >= 3.10 from one binary)
   TORCH_CUDA_ARCH_LIST, MAX_JOBS, CUDA_HOME as for any PyTorch extension
 """
 
@@ -30,6 +32,7 @@ from setuptools.command.build_py import build_py
 ROOT = Path(__file__).resolve().parent
 CSRC = Path("csrc")
 CLI_KERNELS = "imgops._cli_kernels"
+STABLE = "imgops._C_stable"
 
 
 def _load_build_support():
@@ -48,6 +51,7 @@ import torch  # noqa: E402
 
 FORCE_CUDA = os.environ.get("FORCE_CUDA") == "1"
 DEBUG = os.environ.get("DEBUG") == "1"
+STABLE_PROTOTYPE = os.environ.get("IMGOPS_STABLE_PROTOTYPE") == "1"
 PLAN = support.plan_cuda(torch.version.cuda)
 if PLAN.cuda_home:
     # torch.utils.cpp_extension reads CUDA_HOME once, at import: set it to the real root first.
@@ -92,6 +96,20 @@ def make_extension(with_cuda: bool):
     )
 
 
+def make_stable_extension(with_cuda: bool):
+    """imgops._C_stable: the stable-ABI prototype (abi3, any torch >= 2.10)."""
+    kind = CUDAExtension if with_cuda else CppExtension
+    return kind(
+        name=STABLE,
+        sources=[
+            os.path.relpath(s, ROOT) for s in support.stable_source_files(ROOT / CSRC, with_cuda)
+        ],
+        include_dirs=[str(ROOT / CSRC)],
+        extra_compile_args=support.stable_compile_flags(with_cuda, DEBUG),
+        py_limited_api=True,
+    )
+
+
 def make_cli_kernels():
     """imgops._cli_kernels: luma and PNG filters as a plain CPython module (no torch)."""
     return Extension(
@@ -107,7 +125,7 @@ class BuildImgopsExtension(BuildExtension):
     """Builds _C, falls back to CPU only when the CUDA part fails, and records build metadata."""
 
     def build_extension(self, ext):
-        if ext.name == CLI_KERNELS:
+        if ext.name in (CLI_KERNELS, STABLE):
             super().build_extension(ext)
             return
         with_cuda, skipped = BUILD.cuda, ""
@@ -157,7 +175,11 @@ class BuildPyWithSources(build_py):
 
 
 setup(
-    ext_modules=[make_extension(BUILD.cuda), make_cli_kernels()],
+    ext_modules=[
+        make_extension(BUILD.cuda),
+        make_cli_kernels(),
+        *([make_stable_extension(BUILD.cuda)] if STABLE_PROTOTYPE else []),
+    ],
     cmdclass={
         "build_ext": BuildImgopsExtension.with_options(use_ninja=True),
         "build_py": BuildPyWithSources,

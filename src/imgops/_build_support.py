@@ -164,6 +164,33 @@ def source_files(csrc: Path, with_cuda: bool) -> list[str]:
     return [str(f) for f in files]
 
 
+# The stable-ABI prototype (csrc/stable/, imgops._C_stable) targets this torch and CPython:
+# one binary for torch >= 2.10 and CPython >= 3.10.
+STABLE_TARGET_TORCH = "0x020a000000000000"  # TORCH_TARGET_VERSION for 2.10
+
+
+def stable_source_files(csrc: Path, with_cuda: bool) -> list[str]:
+    """The stable-ABI prototype's sources (csrc/stable/), sorted; .cu only when `with_cuda`."""
+    files = sorted((csrc / "stable").glob("*.cpp"))
+    if with_cuda:
+        files += sorted((csrc / "stable").glob("*.cu"))
+    return [str(f) for f in files]
+
+
+def stable_compile_flags(with_cuda: bool, debug: bool = False) -> dict[str, list[str]]:
+    """Flags for the stable-ABI prototype: the target torch, the limited C API, no ATen."""
+    flags = compile_flags(with_cuda, debug)
+    stable = [
+        f"-DTORCH_TARGET_VERSION={STABLE_TARGET_TORCH}",
+        "-DTORCH_STABLE_ONLY",
+        *(["-DUSE_CUDA"] if with_cuda else []),
+    ]
+    return {
+        "cxx": [*flags["cxx"], *stable],
+        "nvcc": [*flags["nvcc"], *stable],
+    }
+
+
 def compile_flags(with_cuda: bool, debug: bool = False) -> dict[str, list[str]]:
     """Compiler flags for the host compiler ("cxx") and nvcc ("nvcc")."""
     opt = ["-O0", "-g"] if debug else ["-O3"]
