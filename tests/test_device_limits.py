@@ -7,7 +7,6 @@ driven by an injected out-of-memory error, so CI checks it without a GPU.
 
 from __future__ import annotations
 
-import types
 from pathlib import Path
 
 import numpy as np
@@ -17,19 +16,11 @@ import torch
 from click.testing import CliRunner
 
 from imgops.cli import cli
-from imgops.commands.normvol import _smaller_chunks_on_gpu_oom
 from imgops.pipeline import GRAY, GrayJob, PipelineSettings, run_gray
 from imgops.volume import plan_chunks
+from imgops.volume.stream import run_with_smaller_chunks
 
 SAMPLES = Path(__file__).resolve().parent.parent / "samples"
-
-
-class _Notes:
-    def __init__(self) -> None:
-        self.lines: list[str] = []
-
-    def info(self, message: str) -> None:
-        self.lines.append(message)
 
 
 def _stack(path: Path, depth: int, side: int) -> np.ndarray:
@@ -56,7 +47,7 @@ def memory_cap():
 def test_chunk_fallback_halves_until_the_chunk_fits():
     plan = plan_chunks((64, 256, 256), "uint16", "float32", chunk_mb=64)
     assert plan.slices_per_chunk > 8
-    tried = []
+    tried, retries = [], []
 
     def run(p):
         tried.append(p.slices_per_chunk)
@@ -64,31 +55,29 @@ def test_chunk_fallback_halves_until_the_chunk_fits():
             raise torch.OutOfMemoryError("CUDA out of memory (injected)")
         return "done"
 
-    notes = _Notes()
-    cuda = types.SimpleNamespace(type="cuda")
-    result, final = _smaller_chunks_on_gpu_oom(run, plan, Path("scan.tif"), cuda, notes)
+    on_retry = lambda old, new: retries.append((old.slices_per_chunk, new.slices_per_chunk))  # noqa: E731
+    result, final = run_with_smaller_chunks(run, plan, torch.device("cpu"), on_retry=on_retry)
     assert result == "done" and final.slices_per_chunk <= 8
-    assert tried == sorted(tried, reverse=True) and len(tried) == len(notes.lines) + 1
-    assert all("scan.tif: out of GPU memory" in line for line in notes.lines)
+    assert tried == sorted(tried, reverse=True) and len(tried) == len(retries) + 1
+    assert all(new < old for old, new in retries)
 
 
-def test_chunk_fallback_gives_up_at_one_slice_and_never_on_the_cpu():
+def test_chunk_fallback_gives_up_at_one_slice_and_retries_only_out_of_memory():
     plan = plan_chunks((16, 64, 64), "uint16", "float32", chunk_mb=1)
 
     def run(p):
         raise torch.OutOfMemoryError("CUDA out of memory (injected)")
 
-    cuda = types.SimpleNamespace(type="cuda")
     with pytest.raises(torch.OutOfMemoryError):
-        _smaller_chunks_on_gpu_oom(run, plan, Path("s.tif"), cuda, _Notes())
+        run_with_smaller_chunks(run, plan, torch.device("cpu"))
     calls = []
 
-    def run_cpu(p):
+    def run_other(p):
         calls.append(p)
-        raise torch.OutOfMemoryError("injected")
+        raise RuntimeError("CUDA error: an illegal memory access (not memory exhaustion)")
 
-    with pytest.raises(torch.OutOfMemoryError):
-        _smaller_chunks_on_gpu_oom(run_cpu, plan, Path("s.tif"), torch.device("cpu"), _Notes())
+    with pytest.raises(RuntimeError):
+        run_with_smaller_chunks(run_other, plan, torch.device("cpu"))
     assert len(calls) == 1
 
 

@@ -29,8 +29,8 @@ API = {
 
 
 def test_dir_lists_the_api():
-    assert API <= set(dir(imgops))
-    assert API <= set(imgops.__all__)
+    assert set(dir(imgops)) >= API
+    assert set(imgops.__all__) >= API
     for name in API - {"gray_file", "normalize_file"}:  # those two come from other branches
         assert callable(getattr(imgops, name)), name
     with pytest.raises(AttributeError, match="no attribute 'nope'"):
@@ -39,7 +39,9 @@ def test_dir_lists_the_api():
 
 def test_import_imgops_does_not_import_torch():
     code = "import sys, imgops; dir(imgops); print('torch' in sys.modules)"
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    )
     assert result.stdout.strip() == "False"
 
 
@@ -64,9 +66,10 @@ def test_percentiles_of_real_scans(samples):
     tifffile = pytest.importorskip("tifffile")
     for path in sorted(samples.glob("mri_*.tif")):
         data = tifffile.imread(path)
-        assert imgops.percentiles(torch.from_numpy(data), (1, 99.8)) == np.percentile(
-            data, (1, 99.8)
-        ).tolist()
+        assert (
+            imgops.percentiles(torch.from_numpy(data), (1, 99.8))
+            == np.percentile(data, (1, 99.8)).tolist()
+        )
 
 
 @given(

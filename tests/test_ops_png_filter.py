@@ -15,19 +15,6 @@ from imgops.reference import png_filter_reference
 FILTERS = (-1, 0, 1, 2, 3, 4)
 
 
-def _cpu_has_paeth() -> bool:
-    try:
-        ops.png_filter(torch.zeros((1, 1), dtype=torch.uint8), 4)
-    except ValueError:
-        return False
-    return True
-
-
-def _skip_if_no_paeth(device: str, filter: int) -> None:
-    if filter == 4 and device == "cpu" and not _cpu_has_paeth():
-        pytest.skip("csrc/standalone/png_filter.h has no Paeth yet")
-
-
 def _cli_kernels():
     try:
         from imgops import _cli_kernels
@@ -76,7 +63,6 @@ SHAPES = [(1, 1), (3, 5), (7, 63, 1), (5, 16, 4), (9, 33, 3), (6, 64), (4, 100, 
 @pytest.mark.parametrize("filter", FILTERS)
 @pytest.mark.parametrize("dtype", [np.uint8, np.uint16])
 def test_equals_the_specification(device, filter, dtype):
-    _skip_if_no_paeth(device, filter)
     rng = np.random.default_rng(filter + 10)
     for shape in SHAPES:
         for make in (_random_image, _smooth_image):
@@ -88,7 +74,6 @@ def test_equals_the_specification(device, filter, dtype):
 @pytest.mark.parametrize("filter", FILTERS)
 @pytest.mark.parametrize("dtype", [np.uint8, np.uint16])
 def test_equals_cli_kernels(device, filter, dtype):
-    _skip_if_no_paeth(device, filter)
     rng = np.random.default_rng(filter + 20)
     for shape in SHAPES:
         image = _smooth_image(shape, dtype, rng)
@@ -212,7 +197,6 @@ def test_torch_compile_fullgraph(device):
 @pytest.mark.cuda
 @pytest.mark.parametrize("filter", FILTERS)
 def test_cuda_equals_cpu_on_large_images(filter):
-    _skip_if_no_paeth("cpu", filter)
     rng = np.random.default_rng(5)
     for shape, dtype in (((2160, 3840), np.uint8), ((513, 1001, 3), np.uint16)):
         image = torch.from_numpy(_smooth_image(shape, dtype, rng))

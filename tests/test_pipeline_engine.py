@@ -222,6 +222,13 @@ def test_decoder_gpu_without_nvimgcodec_is_a_clear_error(monkeypatch, tmp_path: 
     assert not target.exists()
 
 
+def test_status_is_one_line_for_doctor(monkeypatch):
+    usable, why = gpu_decode.status()
+    assert isinstance(usable, bool) and why and "\n" not in why and "jenkins" not in why
+    monkeypatch.setattr(gpu_decode, "_load", lambda: (None, "nvImageCodec is not installed"))
+    assert gpu_decode.status() == (False, "nvImageCodec is not installed")
+
+
 def test_decoder_gpu_without_a_gpu_is_a_clear_error(monkeypatch):
     monkeypatch.setattr(device_choice, "cuda_device_count", lambda: 0)
     with pytest.raises(gpu_decode.GpuDecoderUnavailable, match="no CUDA GPU"):
@@ -339,13 +346,24 @@ def _stand_in_encode_png_filtered(rows, *, width, height, channels, bit_depth, l
 @pytest.mark.skipif(
     __import__("imgops.native", fromlist=["x"]).cli_kernels() is None, reason="no _cli_kernels"
 )
-def test_device_png_filter_path_writes_the_cpu_paths_pixels(tmp_path: Path, monkeypatch):
-    """The rows-filtered-on-the-device path (png_filter op + encode_png_filtered), exercised
-    with stand-ins of both contracts until the real ones land; pixels must be the host's."""
+@pytest.mark.parametrize("impl", ["stand-in", "op"])
+def test_device_png_filter_path_writes_the_cpu_paths_pixels(tmp_path: Path, monkeypatch, impl):
+    """The rows-filtered-on-the-device path (png_filter + encode_png_filtered): the filter is
+    the real torch op (or a stand-in of its contract), the encoder a stand-in of its contract
+    until the PNG encoder's lands; pixels must be the host path's."""
     from imgops.engine import batched
     from imgops.io import png
 
-    monkeypatch.setattr(batched, "_png_filter_op", lambda torch: _stand_in_png_filter)
+    if impl == "op":
+        import torch
+
+        from imgops import _extension
+
+        _extension.load()
+        if batched._png_filter_op(torch) is None:
+            pytest.skip("torch.ops.imgops.png_filter is not built")
+    else:
+        monkeypatch.setattr(batched, "_png_filter_op", lambda torch: _stand_in_png_filter)
     monkeypatch.setattr(batched, "_encode_png_filtered", lambda: _stand_in_encode_png_filtered)
     monkeypatch.setattr(png, "filter_code_for", lambda level: -1, raising=False)
     for op in (GRAY, INVERT):
@@ -410,3 +428,44 @@ def test_png_filter_bytes_equal_on_cpu_and_cuda():
             cpu = torch.ops.imgops.png_filter(image, code)
             cuda = torch.ops.imgops.png_filter(image.cuda(), code).cpu()
             assert torch.equal(cpu, cuda), (shape, code)
+
+
+@pytest.mark.cuda
+@needs_nvimgcodec
+def test_gpu_jpeg_output_is_close_to_the_cpu_encoders(tmp_path: Path):
+    photos = [SAMPLES / "rocket_baseline_rgb.jpg", SAMPLES / "flower_progressive_3mp.jpg"]
+    for device in ("cpu", "cuda"):
+        (tmp_path / device).mkdir()
+        jobs = [Job(p, tmp_path / device / f"{p.stem}.jpg", p.name) for p in photos]
+        settings = PipelineSettings(device=device, fmt="jpg", jpeg_quality=90)
+        assert run_batch(jobs, GRAY, settings).written == len(photos)
+    for path in photos:
+        a = cv2.imread(str(tmp_path / "cpu" / f"{path.stem}.jpg"), cv2.IMREAD_UNCHANGED)
+        b = cv2.imread(str(tmp_path / "cuda" / f"{path.stem}.jpg"), cv2.IMREAD_UNCHANGED)
+        assert a.shape == b.shape and b.ndim == 2
+        assert np.abs(a.astype(int) - b.astype(int)).mean() < 1.5, path.name
+
+
+@pytest.mark.cuda
+@needs_nvimgcodec
+def test_gpu_memory_stays_bounded_whatever_the_batch_size(tmp_path: Path):
+    import shutil
+
+    import torch
+
+    folder = tmp_path / "in"
+    folder.mkdir()
+    for index in range(48):
+        shutil.copy(SAMPLES / "flower_progressive_3mp.jpg", folder / f"{index}.jpg")
+    peaks = {}
+    for count in (12, 48):
+        out = tmp_path / f"out{count}"
+        out.mkdir()
+        files = sorted(folder.iterdir())[:count]
+        jobs = [Job(p, out / f"{p.stem}.png", p.name) for p in files]
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        settings = PipelineSettings(device="cuda", batch_size=8, batch_bytes=64 << 20)
+        assert run_batch(jobs, GRAY, settings).written == count
+        peaks[count] = torch.cuda.max_memory_allocated()
+    assert peaks[48] <= 1.25 * peaks[12] + (32 << 20), peaks  # no growth with the batch

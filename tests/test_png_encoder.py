@@ -264,12 +264,19 @@ def test_pngcheck_accepts_every_kind(tmp_path: Path) -> None:
 
 @needs_kernels
 def test_checksums_match_zlib() -> None:
+    """CRC-32 (PCLMUL folding and the table loop) and Adler-32 (AVX2 and scalar) = zlib's."""
     rng = np.random.default_rng(0)
-    for n in (0, 1, 7, 8, 31, 32, 33, 5551, 5552, 5553, 70000):
+    for n in (0, 1, 7, 8, 15, 16, 17, 31, 32, 33, 63, 64, 65, 79, 80, 127, 128, 129, 5551, 5552,
+              5553, 70000, 70001 + 15):  # fmt: skip
         data = rng.integers(0, 256, n, dtype=np.uint8).tobytes()
-        assert KERNELS.checksums(data) == (zlib.crc32(data), zlib.adler32(data), zlib.adler32(data))
+        crc, adler = zlib.crc32(data), zlib.adler32(data)
+        assert KERNELS.checksums(data) == (crc, adler, adler, crc), n
     ones = b"\xff" * 200_000  # the largest sums the Adler loops must not overflow on
-    assert KERNELS.checksums(ones)[1:] == (zlib.adler32(ones),) * 2
+    assert KERNELS.checksums(ones) == (
+        zlib.crc32(ones),
+        *(zlib.adler32(ones),) * 2,
+        zlib.crc32(ones),
+    )
 
 
 def test_filter_code_for_every_level() -> None:
@@ -338,3 +345,12 @@ def test_native_entry_points_refuse_bad_arguments() -> None:
         KERNELS.png_encode(pixels, 4, 4, 0, 1, 4, 4)
     with pytest.raises(ValueError, match="exactly"):
         KERNELS.png_encode_filtered(np.zeros((4, 4), np.uint8), 4, 4, 1, 1)
+
+
+@needs_kernels
+def test_rows_wider_than_a_block() -> None:
+    """Rows over 64 KiB (one row a block): noise (stored, after the rewind) and gradients."""
+    noise = _image("noise", (3, 9000, 4), np.uint16, 8)
+    check_file(noise, assert_filtered_path_matches(noise))
+    ramp = _image("gradient", (4, 20000, 3), np.uint16, 9)
+    check_file(ramp, assert_filtered_path_matches(ramp))

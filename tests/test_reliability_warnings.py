@@ -37,7 +37,7 @@ SCRIPT = textwrap.dedent(
     kinds = {"png": png, "bad_png": bad_png, "jpeg": jpeg, "bad_jpeg": bad_jpeg}
     if install:
         assert decoder_warnings.install()
-    names = [name for _ in range(12) for name in kinds]
+    names = [name for _ in range(6) for name in kinds]
     with ThreadPoolExecutor(6) as pool:
         results = list(pool.map(lambda name: decode_image(kinds[name]).warnings, names))
     print("python's own line", file=sys.stderr)
@@ -77,3 +77,15 @@ def test_without_the_capture_the_warnings_reach_stderr_as_before():
     assert all(warnings == [] for _, warnings in results)
     assert "libpng warning: tEXt: CRC error" in stderr
     assert "Corrupt JPEG data" in stderr
+
+
+def test_install_leaves_a_test_runners_stderr_alone(monkeypatch):
+    """In-process runs (click's CliRunner, pytest) swap sys.stderr for a capture stream:
+    installing then would send imgops' messages past it, so install() declines."""
+    import io
+
+    from imgops.io import decoder_warnings
+
+    monkeypatch.setattr("sys.stderr", io.StringIO())
+    assert decoder_warnings.install() is False
+    assert not decoder_warnings.installed()

@@ -3,9 +3,10 @@
 //
 // Why not at::parallel_for itself: with PyTorch's OpenMP backend it is header-only and keyed on
 // _OPENMP, so in a file compiled without -fopenmp it silently runs the whole range on the
-// calling thread. That is what left the second thread idle in rgb_to_gray (a 4K frame took the
-// same time on 1 and 2 threads). Built with OpenMP (or the native backend) this forwards to
-// at::parallel_for; otherwise it runs the chunks on std::threads, the first on the caller.
+// calling thread. That is what left the second thread idle in rgb_to_gray: on 2 threads the
+// calling thread did 100 % of the CPU work of a 4K frame, 55 % with this helper. Built with
+// OpenMP (-fopenmp; or the native backend) this forwards to at::parallel_for; otherwise it runs
+// the chunks on std::threads started per call, the first on the caller.
 #pragma once
 
 #include <ATen/Config.h>

@@ -6,7 +6,6 @@
 #include <ATen/ops/empty.h>
 #include <torch/library.h>
 
-#include <type_traits>
 #include <vector>
 
 #include "../checks.h"
@@ -15,13 +14,6 @@
 
 namespace imgops {
 namespace {
-
-// Whether png_filter.h defines Paeth (code 4): until it does, filter 4 is refused on the CPU
-// rather than answered with the wrong bytes.
-template <typename E, typename = void>
-struct HasPaeth : std::false_type {};
-template <typename E>
-struct HasPaeth<E, std::void_t<decltype(E::kPaeth)>> : std::true_type {};
 
 // Rows [begin, end) of `rows` (height rows of row_bytes) filtered into out.
 void filter_row_range(const uint8_t* rows, uint8_t* out, int64_t begin, int64_t end,
@@ -41,8 +33,6 @@ void filter_row_range(const uint8_t* rows, uint8_t* out, int64_t begin, int64_t 
 
 at::Tensor png_filter_cpu(const at::Tensor& image, int64_t filter) {
   const PngFilterPlan plan = prepare_png_filter(image, filter);
-  TORCH_CHECK_VALUE(plan.filter != 4 || HasPaeth<png::Filter>::value,
-                    "png_filter: this build's CPU PNG filters have no Paeth (4)");
   const int64_t rb = plan.row_bytes;
   at::Tensor out = at::empty({plan.height, rb + 1}, image.options().dtype(at::kByte));
   if (plan.height == 0) {

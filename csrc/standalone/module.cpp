@@ -210,9 +210,11 @@ PyObject* checksums(PyObject* /*self*/, PyObject* args) {
   const uint32_t crc = imgops::png::crc32(0, p, n);
   const uint32_t adler = imgops::png::adler32(1, p, n);
   const uint32_t adler_scalar = imgops::png::adler32_scalar(1, p, n);
+  const uint32_t crc_tables = imgops::png::crc32_tables(0, p, n);
   PyBuffer_Release(&data);
-  return Py_BuildValue("(kkk)", static_cast<unsigned long>(crc), static_cast<unsigned long>(adler),
-                       static_cast<unsigned long>(adler_scalar));
+  return Py_BuildValue("(kkkk)", static_cast<unsigned long>(crc),
+                       static_cast<unsigned long>(adler), static_cast<unsigned long>(adler_scalar),
+                       static_cast<unsigned long>(crc_tables));
 }
 
 PyMethodDef methods[] = {
@@ -232,7 +234,8 @@ PyMethodDef methods[] = {
      "png_encode_filtered(rows, width, height, channels, itemsize) -> bytes: the PNG file of\n"
      "rows already filtered (height rows of 1 + row bytes), the same deflate as png_encode."},
     {"checksums", checksums, METH_VARARGS,
-     "checksums(data) -> (crc32, adler32, adler32 of the scalar loop), for tests."},
+     "checksums(data) -> (crc32, adler32, adler32 of the scalar loop, crc32 of the table loop),\n"
+     "for tests."},
     {nullptr, nullptr, 0, nullptr},
 };
 

@@ -1,7 +1,11 @@
 // The two checksums of a PNG file: CRC-32 (ISO 3309, every chunk's type and data) and Adler-32
 // (RFC 1950, the zlib stream's uncompressed bytes).
-// - CRC-32: slicing-by-8 (eight 256-entry tables, eight bytes a step, no carried dependency
-//   between the table look-ups of one step).
+// - CRC-32: carry-less multiplication (PCLMULQDQ) where the CPU has it: four 16-byte
+//   accumulators folded forward 64 bytes a step, then into one, whose 16 bytes the table loop
+//   finishes (no Barrett reduction needed); elsewhere slicing-by-8 (eight 256-entry tables,
+//   eight bytes a step). The fold constants are x^(512+32), x^(512-32), x^(128+32) and
+//   x^(128-32) mod P, bit-reflected and shifted left by one, as in Intel's paper on CRC
+//   folding (checked against zlib by the tests).
 // - Adler-32: an AVX2 loop where the CPU has it (32 bytes a step: the byte sum by SAD, the
 //   weighted sum by multiply-add, reduced modulo 65521 every 5,536 bytes), else a scalar loop.
 #pragma once
@@ -37,8 +41,8 @@ inline const Crc32Tables& crc32_tables() {
   return tables;
 }
 
-// zlib's crc32(crc, data, n): start with crc = 0, chain by passing the previous result.
-inline uint32_t crc32(uint32_t crc, const uint8_t* data, size_t n) {
+// The table loop; zlib's crc32(crc, data, n).
+inline uint32_t crc32_tables(uint32_t crc, const uint8_t* data, size_t n) {
   const auto& t = crc32_tables().t;
   crc = ~crc;
   for (; n >= 8; n -= 8, data += 8) {
@@ -51,6 +55,61 @@ inline uint32_t crc32(uint32_t crc, const uint8_t* data, size_t n) {
   }
   for (; n > 0; --n) crc = t[0][(crc ^ *data++) & 0xFF] ^ (crc >> 8);
   return ~crc;
+}
+
+#ifdef IMGOPS_PNG_X86
+__attribute__((target("pclmul,sse4.1"))) inline __m128i crc_fold(__m128i x, __m128i k,
+                                                                __m128i next) {
+  return _mm_xor_si128(_mm_xor_si128(_mm_clmulepi64_si128(x, k, 0x00),
+                                     _mm_clmulepi64_si128(x, k, 0x11)),
+                       next);
+}
+
+__attribute__((target("pclmul,sse4.1"))) inline uint32_t crc32_pclmul(uint32_t crc,
+                                                                     const uint8_t* data,
+                                                                     size_t n) {
+  if (n < 64) return crc32_tables(crc, data, n);
+  auto load = [](const uint8_t* p) {
+    return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  };
+  const __m128i k512 = _mm_set_epi64x(0x1c6e41596, 0x154442bd4);
+  const __m128i k128 = _mm_set_epi64x(0x0ccaa009e, 0x1751997d0);
+  __m128i x0 = _mm_xor_si128(load(data), _mm_cvtsi32_si128(static_cast<int>(~crc)));
+  __m128i x1 = load(data + 16);
+  __m128i x2 = load(data + 32);
+  __m128i x3 = load(data + 48);
+  size_t done = 64;
+  for (; done + 64 <= n; done += 64) {
+    x0 = crc_fold(x0, k512, load(data + done));
+    x1 = crc_fold(x1, k512, load(data + done + 16));
+    x2 = crc_fold(x2, k512, load(data + done + 32));
+    x3 = crc_fold(x3, k512, load(data + done + 48));
+  }
+  __m128i x = crc_fold(crc_fold(crc_fold(x0, k128, x1), k128, x2), k128, x3);
+  for (; done + 16 <= n; done += 16) x = crc_fold(x, k128, load(data + done));
+  alignas(16) uint8_t folded[16];
+  _mm_store_si128(reinterpret_cast<__m128i*>(folded), x);
+  // The folded 16 bytes have the message's remainder: CRC them from a zero register.
+  const uint32_t head = crc32_tables(0xFFFFFFFFu, folded, 16);
+  return crc32_tables(head, data + done, n - done);
+}
+#endif
+
+inline bool cpu_has_pclmul() {
+#ifdef IMGOPS_PNG_X86
+  static const bool has = __builtin_cpu_supports("pclmul") && __builtin_cpu_supports("sse4.1");
+  return has;
+#else
+  return false;
+#endif
+}
+
+// zlib's crc32(crc, data, n): start with crc = 0, chain by passing the previous result.
+inline uint32_t crc32(uint32_t crc, const uint8_t* data, size_t n) {
+#ifdef IMGOPS_PNG_X86
+  if (cpu_has_pclmul()) return crc32_pclmul(crc, data, n);
+#endif
+  return crc32_tables(crc, data, n);
 }
 
 constexpr uint32_t kAdlerMod = 65521;

@@ -23,7 +23,8 @@ namespace imgops {
 namespace png {
 
 constexpr int kLitLenSymbols = 286;
-constexpr int kLitLenMaxBits = 14;
+constexpr int kLitLenMaxBits = 13;  // two codes in 26 bits, four in 52
+constexpr int kPairShift = 26;
 constexpr int kMinRun = 4;  // shorter runs stay literals: cheaper on photos
 
 // The length symbol (257..285), its extra bits and their value, for match lengths 3..258.
@@ -222,33 +223,106 @@ inline void code_length_symbols(const uint8_t* lengths, int n, Emit&& emit) {
   }
 }
 
-// Compresses blocks of filtered rows into one zlib stream (header, deflate blocks, Adler-32).
+// Codes of two literals at once (the first in the low byte of the index): code bits 0..25,
+// the summed length from bit kPairShift (codes are at most 13 bits).
+__attribute__((always_inline)) inline void build_pairs_body(const uint16_t* codes,
+                                                            const uint8_t* lengths,
+                                                            uint32_t* pairs) {
+  uint32_t code1[256];
+  uint32_t len1[256];
+  for (int s = 0; s < 256; ++s) code1[s] = codes[s], len1[s] = lengths[s];
+  for (int second = 0; second < 256; ++second) {
+    const uint32_t code2 = codes[second];
+    const uint32_t len2 = lengths[second];
+    uint32_t* row = pairs + (second << 8);
+    for (int first = 0; first < 256; ++first) {  // vectorised: a variable shift per lane
+      row[first] = (code1[first] | code2 << len1[first]) | (len1[first] + len2) << kPairShift;
+    }
+  }
+}
+
+inline void build_pairs_baseline(const uint16_t* codes, const uint8_t* lengths, uint32_t* pairs) {
+  build_pairs_body(codes, lengths, pairs);
+}
+
+#ifdef IMGOPS_PNG_X86
+__attribute__((target("avx2"))) inline void build_pairs_avx2(const uint16_t* codes,
+                                                            const uint8_t* lengths,
+                                                            uint32_t* pairs) {
+  build_pairs_body(codes, lengths, pairs);
+}
+#endif
+
+inline void build_pairs(const uint16_t* codes, const uint8_t* lengths, uint32_t* pairs) {
+#ifdef IMGOPS_PNG_X86
+  if (cpu_has_avx2_bmi2()) {
+    build_pairs_avx2(codes, lengths, pairs);
+    return;
+  }
+#endif
+  build_pairs_baseline(codes, lengths, pairs);
+}
+
+// Compresses blocks of filtered rows into one zlib stream (header, deflate blocks, Adler-32)
+// with Huffman tables fitted to samples of the rows: sample() some rows, fit(), then block()
+// the blocks that table serves, in order; then the next stripe.
 class RowDeflater {
  public:
-  // `out` has room for max_zlib_bytes(total input) bytes.
-  explicit RowDeflater(uint8_t* out) : writer_(out), start_(out) {
+  // `out` has room for max_zlib_bytes(total input, largest block) bytes.
+  explicit RowDeflater(uint8_t* out) : writer_(out), start_(out), pairs_(65536) {
     writer_.put_flush(0x78 | (0x01 << 8), 16);  // CMF 0x78 (deflate, 32K window), FLG 0x01
+    std::memset(sample_, 0, sizeof(sample_));
   }
 
-  static size_t max_zlib_bytes(size_t input) {
-    // stored blocks at worst: 5 bytes a 65535-byte piece, plus the header, the trailer, and
-    // the writer's 8 bytes of slack.
-    return input + 5 * (input / 65535 + 2) + 64;
+  static size_t max_zlib_bytes(size_t input, size_t largest_block) {
+    // stored blocks at worst: 5 bytes a 65535-byte piece, plus the header, the trailer, the
+    // writer's 8 bytes of slack, and room for one dynamic block that came out larger than
+    // stored (13 bits a byte at most, plus its header) before it is rewound.
+    return input + 5 * (input / 65535 + 2) + 64 + largest_block * 13 / 8 + 1024;
   }
 
-  // Compresses data[0..n) as one or more deflate blocks; `last` ends the stream.
-  void block(const uint8_t* data, size_t n, bool last) {
-    adler_ = adler32(adler_, data, n);
+  // Counts the symbols of data[0..n) (a sampled row) towards the table.
+  void sample(const uint8_t* data, size_t n) {
     words_.assign((n + 63) / 64 + 1, 0);
     equal_to_previous(data, n, words_.data());
-    count_symbols(data, n);
+    const LengthCode* lengths = length_codes();
+    tokenize(
+        n, words_.data(),
+        [&](size_t begin, size_t end) {
+          for (size_t i = begin; i < end; ++i) ++sample_[data[i]];
+        },
+        [&](size_t length) {
+          for_each_match(length, [&](int piece) { ++sample_[lengths[piece].symbol]; });
+        });
+  }
+
+  // Builds the table from the sample: every literal and length symbol gets a code (the rows
+  // not sampled may use any), weighted by 4 * its sampled count + 1.
+  void fit() {
+    for (int s = 0; s < kLitLenSymbols; ++s) lit_freq_[s] = 4 * sample_[s] + 1;
+    lit_freq_[256] = 1;  // end of block
     build_tables();
-    const uint64_t dynamic_bits = dynamic_cost();
+    std::memset(sample_, 0, sizeof(sample_));
+  }
+
+  // Compresses data[0..n) as one deflate block (stored where that is smaller); `last` ends the
+  // stream.
+  void block(const uint8_t* data, size_t n, bool last) {
+    adler_ = adler32(adler_, data, n);
     const uint64_t stored_bits = 8 * (5 * ((n + 65534) / 65535) + n) + 10;
-    if (n == 0 || stored_bits < dynamic_bits) {
-      write_stored(data, n, last);
-    } else {
+    const BitWriter before = writer_;
+    bool stored = n == 0;
+    if (!stored) {
+      words_.assign((n + 63) / 64 + 1, 0);
+      equal_to_previous(data, n, words_.data());
       write_dynamic(data, n, last);
+      const uint64_t bits = 8 * static_cast<uint64_t>(writer_.out - before.out) + writer_.count -
+                            before.count;
+      stored = bits > stored_bits;
+    }
+    if (stored) {
+      writer_ = before;  // drops the dynamic block: every byte it wrote is past `out`
+      write_stored(data, n, last);
     }
     if (last) {
       writer_.align();
@@ -262,30 +336,6 @@ class RowDeflater {
   size_t size() const { return static_cast<size_t>(writer_.out - start_); }
 
  private:
-  void count_symbols(const uint8_t* data, size_t n) {
-    uint32_t hist[4][256];
-    std::memset(hist, 0, sizeof(hist));
-    std::memset(lit_freq_, 0, sizeof(lit_freq_));
-    const LengthCode* lengths = length_codes();
-    tokenize(
-        n, words_.data(),
-        [&](size_t begin, size_t end) {
-          size_t i = begin;
-          for (; i + 4 <= end; i += 4) {
-            ++hist[0][data[i]];
-            ++hist[1][data[i + 1]];
-            ++hist[2][data[i + 2]];
-            ++hist[3][data[i + 3]];
-          }
-          for (; i < end; ++i) ++hist[0][data[i]];
-        },
-        [&](size_t length) {
-          for_each_match(length, [&](int piece) { ++lit_freq_[lengths[piece].symbol]; });
-        });
-    for (int s = 0; s < 256; ++s) lit_freq_[s] = hist[0][s] + hist[1][s] + hist[2][s] + hist[3][s];
-    lit_freq_[256] = 1;  // end of block
-  }
-
   void build_tables() {
     huffman_lengths(lit_freq_, kLitLenSymbols, kLitLenMaxBits, lit_len_);
     canonical_codes(lit_len_, kLitLenSymbols, lit_code_);
@@ -293,9 +343,7 @@ class RowDeflater {
     dist_len_[0] = dist_len_[1] = 1;
     dist_code_[0] = 0;
     dist_code_[1] = 1;
-    for (int s = 0; s < 256; ++s) {
-      literal_[s] = static_cast<uint32_t>(lit_code_[s]) | static_cast<uint32_t>(lit_len_[s]) << 16;
-    }
+    build_pairs(lit_code_, lit_len_, pairs_.data());
     // Code lengths of both trees, as code-length symbols.
     lit_count_ = kLitLenSymbols;
     while (lit_count_ > 257 && lit_len_[lit_count_ - 1] == 0) --lit_count_;
@@ -313,18 +361,6 @@ class RowDeflater {
     static const int order[19] = {16, 17, 18, 0, 8, 7, 9, 6, 10, 5, 11, 4, 12, 3, 13, 2, 14, 1, 15};
     cl_count_ = 19;
     while (cl_count_ > 4 && cl_len_[order[cl_count_ - 1]] == 0) --cl_count_;
-  }
-
-  uint64_t dynamic_cost() const {
-    uint64_t bits = 3 + 14 + 3 * static_cast<uint64_t>(cl_count_);
-    for (const auto& s : cl_symbols_) bits += cl_len_[s.symbol] + s.extra_bits;
-    for (int s = 0; s < kLitLenSymbols; ++s) bits += uint64_t{lit_freq_[s]} * lit_len_[s];
-    static const uint8_t extra[29] = {0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2,
-                                      2, 3, 3, 3, 3, 4, 4, 4, 4, 5, 5, 5, 5, 0};
-    for (int i = 0; i < 29; ++i) {  // the extra bits and the distance bit of every match
-      bits += uint64_t{lit_freq_[257 + i]} * (extra[i] + dist_len_[0]);
-    }
-    return bits;
   }
 
   void write_header(bool last) {
@@ -354,29 +390,22 @@ class RowDeflater {
       match_count[len] = static_cast<uint8_t>(code_len + c.extra_bits + dist_len_[0]);
     }
     BitWriter w = writer_;
-    const uint32_t* literal = literal_;
+    const uint32_t* pairs = pairs_.data();
+    constexpr uint32_t kCodeMask = (1u << kPairShift) - 1;
     tokenize(
         n, words_.data(),
         [&](size_t begin, size_t end) {
           size_t i = begin;
-          for (; i + 4 <= end; i += 4) {  // 4 codes of <= 14 bits fit the 57 free bits
-            const uint32_t c0 = literal[data[i]];
-            const uint32_t c1 = literal[data[i + 1]];
-            const uint32_t c2 = literal[data[i + 2]];
-            const uint32_t c3 = literal[data[i + 3]];
-            const int l0 = c0 >> 16;
-            const int l1 = c1 >> 16;
-            const int l2 = c2 >> 16;
-            const int l3 = c3 >> 16;
-            const uint64_t bits = uint64_t{c0 & 0xFFFF} | uint64_t{c1 & 0xFFFF} << l0 |
-                                  uint64_t{c2 & 0xFFFF} << (l0 + l1) |
-                                  uint64_t{c3 & 0xFFFF} << (l0 + l1 + l2);
-            w.put_flush(bits, l0 + l1 + l2 + l3);
+          for (; i + 4 <= end; i += 4) {  // four codes of <= 13 bits fit the 57 free bits
+            uint32_t four;
+            std::memcpy(&four, data + i, 4);
+            const uint32_t p0 = pairs[four & 0xFFFF];
+            const uint32_t p1 = pairs[four >> 16];
+            const int l0 = static_cast<int>(p0 >> kPairShift);
+            const uint64_t bits = uint64_t{p0 & kCodeMask} | uint64_t{p1 & kCodeMask} << l0;
+            w.put_flush(bits, l0 + static_cast<int>(p1 >> kPairShift));
           }
-          for (; i < end; ++i) {
-            const uint32_t c = literal[data[i]];
-            w.put_flush(c & 0xFFFF, static_cast<int>(c >> 16));
-          }
+          for (; i < end; ++i) w.put_flush(lit_code_[data[i]], lit_len_[data[i]]);
         },
         [&](size_t length) {
           for_each_match(length, [&](int piece) {
@@ -415,7 +444,8 @@ class RowDeflater {
   uint32_t lit_freq_[kLitLenSymbols];
   uint8_t lit_len_[kLitLenSymbols];
   uint16_t lit_code_[kLitLenSymbols];
-  uint32_t literal_[256];
+  uint32_t sample_[kLitLenSymbols];
+  std::vector<uint32_t> pairs_;
   uint8_t dist_len_[2];
   uint16_t dist_code_[2];
   uint8_t cl_len_[19];

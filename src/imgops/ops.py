@@ -25,6 +25,16 @@ __all__ = [
 
 # The float weights, as float32 values (what the kernels use).
 _LUMA_WEIGHTS = (0.299, 0.587, 0.114)
+_GRAY_DTYPES = (
+    torch.uint8,
+    torch.uint16,
+    torch.float32,
+    torch.float16,
+    torch.bfloat16,
+    torch.float64,
+)
+_VOLUME_DTYPES = (torch.uint8, torch.uint16, torch.int16, torch.float32, torch.float64)
+_NORMALIZED_DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
 _HISTOGRAM_BINS = {torch.uint8: 256, torch.uint16: 65536, torch.int16: 65536}
 
 
@@ -176,54 +186,73 @@ def value_histogram(values: torch.Tensor) -> torch.Tensor:
 
 @torch.library.register_fake("imgops::rgb_to_gray")
 def _rgb_to_gray_fake(image: torch.Tensor, channel_order: str = "rgb") -> torch.Tensor:
-    torch._check(channel_order in ("rgb", "bgr"), lambda: "channel_order must be rgb or bgr")
-    torch._check(
+    torch._check_value(
+        channel_order in ("rgb", "bgr"), lambda: "rgb_to_gray: channel_order must be rgb or bgr"
+    )
+    torch._check_value(
         image.dim() >= 3 and image.shape[-1] == 3,
         lambda: f"rgb_to_gray: expected an image of shape (..., H, W, 3), got {tuple(image.shape)}",
+    )
+    torch._check_type(
+        image.dtype in _GRAY_DTYPES, lambda: f"rgb_to_gray: unsupported dtype {image.dtype}"
     )
     return image.new_empty(image.shape[:-1])
 
 
 @torch.library.register_fake("imgops::normalize_volume")
 def _normalize_volume_fake(volume, max, min=0.0, *, dtype=None, clip=False):
-    torch._check(max > min, lambda: "normalize_volume: max must be greater than min")
-    return volume.new_empty(volume.shape, dtype=dtype or torch.float32)
+    out = dtype or torch.float32
+    torch._check_type(
+        volume.dtype in _VOLUME_DTYPES,
+        lambda: f"normalize_volume: unsupported dtype {volume.dtype}",
+    )
+    torch._check_value(
+        math.isfinite(max) and math.isfinite(min), lambda: "normalize_volume: bounds not finite"
+    )
+    torch._check_value(max > min, lambda: "normalize_volume: max must be greater than min")
+    torch._check_type(out in _NORMALIZED_DTYPES, lambda: f"normalize_volume: dtype {out}")
+    return volume.new_empty(volume.shape, dtype=out)
 
 
 @torch.library.register_fake("imgops::value_histogram")
 def _value_histogram_fake(values):
     bins = _HISTOGRAM_BINS.get(values.dtype)
-    torch._check(bins is not None, lambda: f"value_histogram: unsupported dtype {values.dtype}")
+    torch._check_type(
+        bins is not None, lambda: f"value_histogram: unsupported dtype {values.dtype}"
+    )
     return values.new_empty((bins,), dtype=torch.int64)
 
 
 @torch.library.register_fake("imgops::png_filter")
 def _png_filter_fake(image, filter):
-    torch._check(
+    torch._check_value(
         image.dim() == 2 or (image.dim() == 3 and 1 <= image.shape[2] <= 4),
         lambda: f"png_filter: expected (H, W) or (H, W, C), C in 1..4, got {tuple(image.shape)}",
     )
-    torch._check(
+    torch._check_type(
         image.dtype in (torch.uint8, torch.uint16),
         lambda: f"png_filter: expected dtype uint8 or uint16, got {image.dtype}",
     )
-    torch._check(image.shape[1] >= 1, lambda: "png_filter: rows must hold at least one pixel")
-    torch._check(-1 <= filter <= 4, lambda: f"png_filter: filter must be in -1..4, got {filter}")
+    torch._check_value(image.shape[1] >= 1, lambda: "png_filter: rows must hold at least one pixel")
+    torch._check_value(
+        -1 <= filter <= 4, lambda: f"png_filter: filter must be in -1..4, got {filter}"
+    )
     channels = image.shape[2] if image.dim() == 3 else 1
     row_bytes = image.shape[1] * channels * image.element_size()
     return image.new_empty((image.shape[0], 1 + row_bytes), dtype=torch.uint8)
 
 
-_BIN_DTYPES = (torch.uint8, torch.uint16, torch.int16, torch.float32, torch.float64)
-
-
 @torch.library.register_fake("imgops::bin")
 def _bin_fake(x, factors):
     k = len(factors)
-    torch._check(1 <= k <= 3, lambda: f"bin: expected 1 to 3 factors (Z, Y, X), got {k}")
-    torch._check(x.dim() >= k, lambda: f"bin: {k} factors need as many dims, got {tuple(x.shape)}")
-    torch._check(all(f >= 1 for f in factors), lambda: f"bin: factors must be >= 1: {factors}")
-    torch._check(x.dtype in _BIN_DTYPES, lambda: f"bin: unsupported dtype {x.dtype}")
+    torch._check_value(1 <= k <= 3, lambda: f"bin: expected 1 to 3 factors (Z, Y, X), got {k}")
+    torch._check_value(
+        x.dim() >= k, lambda: f"bin: {k} factors need as many dims, got {tuple(x.shape)}"
+    )
+    torch._check_value(
+        all(f >= 1 for f in factors), lambda: f"bin: factors must be >= 1: {factors}"
+    )
+    torch._check_type(x.dtype in _VOLUME_DTYPES, lambda: f"bin: unsupported dtype {x.dtype}")
     lead = x.shape[: x.dim() - k]
     binned = [size // f for size, f in zip(x.shape[x.dim() - k :], factors, strict=True)]
     return x.new_empty((*lead, *binned))

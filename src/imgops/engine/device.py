@@ -9,8 +9,6 @@ starts in milliseconds on the CPU path.
 
 from __future__ import annotations
 
-import ctypes
-import functools
 from dataclasses import dataclass
 
 from ..io import gpu_decode
@@ -42,19 +40,9 @@ class Plan:
         return int(self.device.split(":")[1]) if ":" in self.device else 0
 
 
-@functools.cache
 def cuda_device_count() -> int:
     """GPUs the CUDA driver sees (0 without a driver), asked without importing torch."""
-    for name in ("libcuda.so.1", "libcuda.so", "nvcuda.dll"):
-        try:
-            driver = ctypes.CDLL(name)
-        except OSError:
-            continue
-        count = ctypes.c_int(0)
-        if driver.cuInit(0) != 0 or driver.cuDeviceGetCount(ctypes.byref(count)) != 0:
-            return 0
-        return count.value
-    return 0
+    return gpu_decode.driver_device_count()
 
 
 def _torch_cuda_problem(device: str) -> str | None:

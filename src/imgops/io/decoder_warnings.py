@@ -198,16 +198,19 @@ def install() -> bool:
     """Captures C-level writes to descriptor 2 (see the module docstring); idempotent.
 
     Python's sys.stderr is replaced by a stream on a duplicate of the real stderr. Returns
-    False where this cannot be done (no descriptor 2, no pipes), leaving everything unchanged.
+    False where this cannot be done or would be wrong (sys.stderr is not descriptor 2, e.g.
+    click's CliRunner or pytest capturing it), leaving everything unchanged.
     """
     global _state
     with _install_lock:
         if _state is not None:
             return True
         try:
+            if sys.stderr.fileno() != 2:  # a test runner's capture stream: leave it alone
+                return False
             sys.stderr.flush()
             saved = os.dup(2)
-        except (OSError, AttributeError, ValueError):
+        except (OSError, AttributeError, ValueError):  # io.UnsupportedOperation is an OSError
             return False
         read_fd, write_fd = os.pipe()
         os.set_blocking(read_fd, False)

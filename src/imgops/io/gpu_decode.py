@@ -81,11 +81,34 @@ def version() -> str | None:
     return getattr(found, "__version__", "unknown") if found is not None else None
 
 
+@functools.cache
+def driver_device_count() -> int:
+    """GPUs the CUDA driver sees (0 without a driver), asked through ctypes: no torch, no
+    nvImageCodec, a few milliseconds."""
+    import ctypes
+
+    for name in ("libcuda.so.1", "libcuda.so", "nvcuda.dll"):
+        try:
+            driver = ctypes.CDLL(name)
+        except OSError:
+            continue
+        count = ctypes.c_int(0)
+        if driver.cuInit(0) != 0 or driver.cuDeviceGetCount(ctypes.byref(count)) != 0:
+            return 0
+        return count.value
+    return 0
+
+
 def status(device_id: int = 0) -> tuple[bool, str]:
-    """(usable, one line why) for `imgops doctor`: installed, and a GPU decoder starts."""
+    """(usable, one line why) for `imgops doctor`: installed, a GPU, and a decoder starts."""
     found, problem = _load()
     if found is None:
         return False, problem or "nvImageCodec is not installed"
+    if driver_device_count() <= device_id:
+        return (
+            False,
+            f"nvImageCodec {version()} is installed, but no CUDA GPU {device_id} is visible",
+        )
     try:
         BatchDecoder(device_id)
     except GpuDecoderUnavailable as error:
@@ -138,8 +161,9 @@ class BatchDecoder:
                         device_id=device_id, max_num_cpu_threads=threads, backends=backends
                     )
         except Exception as error:  # RuntimeError "CUDA Runtime failure" without a GPU
+            reason = str(error).split(" at /")[0]  # drop the build machine's source path
             raise GpuDecoderUnavailable(
-                f"nvImageCodec {version()} cannot decode on GPU {device_id}: {error}"
+                f"nvImageCodec {version()} cannot decode on GPU {device_id}: {reason}"
             ) from None
         self._colour = nv.DecodeParams(
             apply_exif_orientation=True,

@@ -33,8 +33,9 @@ class GpuJpegEncoder:
                     device_id=device_id, backends=[nv.Backend(nv.BackendKind.GPU_ONLY)]
                 )
         except Exception as error:
+            reason = str(error).split(" at /")[0]
             raise GpuDecoderUnavailable(
-                f"nvImageCodec {version()} cannot encode JPEG on GPU {device_id}: {error}"
+                f"nvImageCodec {version()} cannot encode JPEG on GPU {device_id}: {reason}"
             ) from None
         self.quality = quality
         self._params = {
