@@ -271,7 +271,7 @@ def _inconsistent(path: Path) -> None:
 
 
 NORMVOL_BAD_FILES = {
-    "missing": (lambda p: None, "no such file"),
+    "missing": (lambda p: None, "No such file"),
     "zero_bytes": (lambda p: p.write_bytes(b""), "not a readable TIFF"),
     "png_named_tif": (lambda p: shutil.copy(SAMPLES / "coffee_rgb.png", p), "not a readable TIFF"),
     "text_named_tif": (lambda p: p.write_text("II* but not really\n"), "not a readable TIFF"),
@@ -283,18 +283,7 @@ NORMVOL_BAD_FILES = {
         lambda p: tifffile.imwrite(p, np.zeros((3, 8, 8), np.complex64), photometric="minisblack"),
         "complex64",
     ),
-    "4d": (
-        lambda p: tifffile.imwrite(
-            p, np.zeros((3, 2, 8, 8), np.uint16), imagej=True, metadata={"axes": "ZCYX"}
-        ),
-        "3x2x8x8",
-    ),
-    "5d": (
-        lambda p: tifffile.imwrite(
-            p, np.zeros((2, 3, 2, 8, 8), np.uint16), imagej=True, metadata={"axes": "TZCYX"}
-        ),
-        "2x3x2x8x8",
-    ),
+    # 4-D and 5-D ImageJ hyperstacks are valid input now (tests/test_hyperstack.py).
     "inconsistent_pages": (_inconsistent, "pages of different shapes"),
     "bomb_uncompressed": (_tiff_bomb, "100000x100000"),
     "bomb_zlib": (lambda p: _tiff_bomb(p, pages=3, compression="zlib"), "100000x100000"),
@@ -316,10 +305,12 @@ def test_normvol_bad_file_is_one_line_and_no_output(work: Path, kind: str):
     assert snapshot(work) == before
 
 
-def test_normvol_folder_given_as_input(work: Path):
-    result = run("normvol", work, "-o", work / "out.tif", "--max", 9)
-    assert_clean_failure(result, 1, str(work), "is a directory")
-    assert not (work / "out.tif").exists()
+def test_normvol_folder_without_stacks_is_an_error(work: Path):
+    empty = work / "empty"
+    empty.mkdir()
+    result = run("normvol", empty, "-d", work / "out", "--max", 9)
+    assert_clean_failure(result, 1, str(empty), "no image files found")
+    assert not (work / "out").exists() or not any((work / "out").iterdir())
 
 
 def test_normvol_bad_input_with_overwrite_leaves_the_old_output(work: Path):
@@ -359,30 +350,25 @@ def test_normvol_bad_numbers_are_usage_errors(work: Path, args, problem):
 # ------------------------------------------------------------------------ normvol: outputs
 
 
-def test_normvol_output_folder_missing_fails_before_any_work(work: Path, monkeypatch):
-    import imgops.volume as volume
-
-    def no_scan(*args, **kwargs):
-        raise AssertionError("scanned the stack before checking the output folder")
-
-    monkeypatch.setattr(volume, "scan_volume", no_scan)
+def test_normvol_missing_output_folder_is_created(work: Path):
+    # The shared planner creates output folders (as -d and -r need), for -o too.
     target = work / "missing" / "out.tif"
-    result = run("normvol", work / "stack.tif", "-o", target)
-    assert_clean_failure(result, 1, str(target), "output folder does not exist")
-    assert not (work / "missing").exists()
+    result = run("normvol", work / "stack.tif", "-o", target, "--max", 9)
+    assert result.exit_code == 0, result.output
+    assert target.is_file()
 
 
 def test_normvol_output_folder_is_a_file(work: Path):
     (work / "plain").write_text("x")
     target = work / "plain" / "out.tif"
     result = run("normvol", work / "stack.tif", "-o", target, "--max", 9)
-    assert_clean_failure(result, 1, str(target), "not a directory")
+    assert_clean_failure(result, 1, str(work / "plain"), "is a file")
 
 
 def test_normvol_output_equal_to_input(work: Path):
     before = snapshot(work)
     result = run("normvol", work / "stack.tif", "-o", work / "stack.tif", "--overwrite")
-    assert_clean_failure(result, 2, "overwrite the input")
+    assert_clean_failure(result, 2, "would overwrite its input")
     assert snapshot(work) == before
 
 

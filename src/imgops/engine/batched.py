@@ -39,7 +39,7 @@ from .buffers import BufferPool, ByteBudget
 from .files import FatalError, Writer, encode_host, failed, guard, precheck, read_job
 from .host import HostWorker
 from .ops import ImageOp
-from .types import Job, JobResult, PipelineSettings
+from .types import Job, JobResult, PipelineSettings, join_notes
 
 _DONE = object()
 
@@ -231,6 +231,7 @@ class DeviceEngine:
                 return
         image = decode_image(item.data, max_pixels=self.settings.max_pixels)
         item.result.decoder = "opencv"
+        item.result.note = join_notes(item.result.note, image.note)
         item.result.shape, item.result.dtype = image.pixels.shape, str(image.pixels.dtype)
         if not self.decoded_budget.take(image.pixels.nbytes, self.stop):
             raise RuntimeError("cancelled")

@@ -16,7 +16,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from ..io.images import decode_image
 from .files import Writer, encode_host, failed, guard, precheck, read_job
 from .ops import ImageOp
-from .types import Job, JobResult, PipelineSettings
+from .types import Job, JobResult, PipelineSettings, join_notes
 
 
 class HostWorker:
@@ -54,6 +54,7 @@ class HostWorker:
         del data
         result.shape, result.dtype = image.pixels.shape, str(image.pixels.dtype)
         result.decoder = "opencv"
+        result.note = join_notes(result.note, image.note)
         now = time.perf_counter()
         seconds["decode"], start = seconds.get("decode", 0.0) + now - start, now
         assert self.op.cpu is not None

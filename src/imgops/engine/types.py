@@ -141,3 +141,9 @@ def default_jobs() -> int:
         return max(1, len(os.sched_getaffinity(0)))
     except AttributeError:  # not on Linux
         return max(1, os.cpu_count() or 1)
+
+
+def join_notes(*notes: str | None) -> str | None:
+    """The non-empty notes joined with "; " (None when there are none)."""
+    kept = [note for note in notes if note]
+    return "; ".join(kept) if kept else None

@@ -192,6 +192,12 @@ class BatchDecoder:
         """
         if not data.startswith(b"\xff\xd8\xff"):
             return None
+        # nvImageCodec decodes a truncated file without a word; OpenCV's path refuses it.
+        # Such files go to the CPU, which names the problem, so the backend never shows.
+        from .images import jpeg_structure_problem
+
+        if jpeg_structure_problem(data) is not None:
+            return None
         nv = self._nv
         try:
             stream = nv.CodeStream(data)

@@ -158,7 +158,7 @@ def _png_problem(data: bytes | memoryview) -> str | None:
 _JPEG_MARKER_IN_SCAN = re.compile(rb"\xff+([^\x00\xd0-\xd7\xff])")
 
 
-def _jpeg_problem(data: bytes | memoryview) -> str | None:
+def jpeg_structure_problem(data: bytes | memoryview) -> str | None:
     """Why a JPEG is incomplete (no end-of-image marker), or None if its structure is whole."""
     pos, end = 2, len(data)
     view = bytes(data) if isinstance(data, memoryview) else data
@@ -283,7 +283,7 @@ def _diagnose(data: bytes | memoryview, kind: str | None) -> str:
     if kind is None:
         return "not an image (no format OpenCV reads recognises this data)"
     if kind == "jpeg":
-        problem = _jpeg_problem(data)
+        problem = jpeg_structure_problem(data)
         if problem:
             return problem
     label = {"jpeg": "JPEG", "tiff": "TIFF", "webp": "WebP"}.get(kind, kind.upper())
