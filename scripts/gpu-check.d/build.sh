@@ -108,4 +108,15 @@ for variant in plain cv2; do
   done
 done
 fi
+if wants probe; then  # which library the probe's (and imgops._C's) ostringstream symbols bind to
+  LD_DEBUG=bindings $PY "$work/probe.py" "$work/probe" 0 plain 2>&1 \
+    | grep "imgops_checkprobe\|imgops/_C\." | grep "ostringstream\|stringbuf\|_M_insert" \
+    | sed 's/^ *[0-9]*: *//' | sort -u | head -40 >>"$OUT/build-checkprobe.txt"
+  nm -D "$work/probe/imgops_checkprobe.so" | grep -i "ostringstream\|_M_insert" | c++filt \
+    >>"$OUT/build-checkprobe.txt"
+  L=$($PY -c "import torch, os; print(os.path.dirname(torch.__file__) + '/lib')")
+  for lib in "$L"/libc10.so "$L"/libtorch.so; do
+    echo "$lib exports $(nm -D --defined-only "$lib" | grep -c _ZNSt7__cxx1119basic_ostringstream) ostringstream symbols" >>"$OUT/build-checkprobe.txt"
+  done
+fi
 rm -rf "$work"
