@@ -14,11 +14,6 @@ bool is_gray_dtype(at::ScalarType t) {
          t == at::kBFloat16 || t == at::kDouble;
 }
 
-bool is_volume_dtype(at::ScalarType t) {
-  return t == at::kByte || t == at::kUInt16 || t == at::kShort || t == at::kFloat ||
-         t == at::kDouble;
-}
-
 bool is_normalized_dtype(at::ScalarType t) {
   return t == at::kFloat || t == at::kHalf || t == at::kBFloat16 || t == at::kDouble;
 }
@@ -32,6 +27,13 @@ std::string number_text(double value) {
   return buffer;
 }
 
+}  // namespace
+
+bool is_volume_dtype(at::ScalarType t) {
+  return t == at::kByte || t == at::kUInt16 || t == at::kShort || t == at::kFloat ||
+         t == at::kDouble;
+}
+
 std::string shape_text(c10::IntArrayRef sizes) {
   std::string text = "(";
   for (size_t i = 0; i < sizes.size(); ++i) {
@@ -39,8 +41,6 @@ std::string shape_text(c10::IntArrayRef sizes) {
   }
   return text + (sizes.size() == 1 ? ",)" : ")");
 }
-
-}  // namespace
 
 // "rgb" -> false, "bgr" -> true; anything else is an error.
 bool parse_channel_order(c10::string_view order) {

@@ -6,9 +6,16 @@
 #include <c10/util/Exception.h>
 #include <c10/util/string_view.h>
 
+#include <string>
 #include <vector>
 
 namespace imgops {
+
+// "(2, 3)": a shape for an error message. Messages carry only strings (see checks.cpp).
+std::string shape_text(c10::IntArrayRef sizes);
+
+// Whether normalize_volume and bin take this dtype: uint8, uint16, int16, float32, float64.
+bool is_volume_dtype(at::ScalarType t);
 
 // "rgb" -> false, "bgr" -> true; anything else is a ValueError.
 bool parse_channel_order(c10::string_view order);

@@ -275,11 +275,29 @@ def test_output_equal_to_input_is_refused_even_with_overwrite(work):
     assert source.read_bytes() == before
 
 
-def test_an_input_that_is_another_inputs_output_is_refused(work):
+def test_an_input_that_is_another_inputs_output_is_left_out_not_read(work):
+    """Changed deliberately (issue 16): `gray *.png` over earlier outputs was refused; an input
+    that is another input's output (its naming rule) is now left out of the batch."""
     shutil.copy(work / "coffee_rgb.png", work / "coffee_rgb_gray.png")
-    result = invoke(str(work / "coffee_rgb.png"), str(work / "coffee_rgb_gray.png"), "--overwrite")
+    names = [str(work / "coffee_rgb.png"), str(work / "coffee_rgb_gray.png")]
+    result = invoke(*names, "--overwrite", "-v")
+    assert result.exit_code == 0, result.stderr
+    assert f"coffee_rgb_gray.png: left out: the output of {work / 'coffee_rgb.png'}" in (
+        result.stderr
+    )
+    assert result.stderr.splitlines()[-1] == "1 written, 0 skipped, 0 failed"
+    assert_gray_matches(read_output(work / "coffee_rgb_gray.png"), SAMPLES / "coffee_rgb.png")
+    assert not (work / "coffee_rgb_gray_gray.png").exists()
+
+
+def test_an_output_that_is_another_input_is_refused(work):
+    """-d into the input folder: a.png's output would be a.png (the input) itself."""
+    shutil.copy(work / "rocket_baseline_rgb.jpg", work / "coffee_rgb.jpg")
+    before = (work / "coffee_rgb.png").read_bytes()
+    result = invoke(str(work), "-d", str(work), "--overwrite")
     assert result.exit_code == 2
     assert "would overwrite an input" in result.stderr
+    assert (work / "coffee_rgb.png").read_bytes() == before
 
 
 def test_two_inputs_with_one_output_is_a_usage_error_before_any_work(tmp_path):
@@ -374,10 +392,13 @@ def test_files_from_stdin_in_process(work):
     assert (work / "o" / "coffee_rgb.png").exists()
 
 
-def test_an_empty_folder_is_not_an_error(tmp_path):
+def test_an_empty_folder_is_an_error_naming_it(tmp_path):
+    """Changed deliberately (issue 16): an empty input folder exited 0."""
     result = invoke(str(tmp_path), "-d", str(tmp_path / "o"))
-    assert result.exit_code == 0
-    assert "no image files found" in result.stderr
+    assert result.exit_code == 1
+    assert error_lines(result.stderr) == [
+        f"imgops: error: {tmp_path}: no image files found in it (use -r for sub-folders)"
+    ]
 
 
 # ------------------------------------------------------------------------- stdin and stdout

@@ -103,7 +103,7 @@ def test_dir_output_for_several_inputs(stacks: Path):
     result = invoke(stacks / DWI, stacks / ANAT, "--max", 4095, "-d", out, "-q")
     assert result.exit_code == 0, result.output
     assert sorted(p.name for p in out.iterdir()) == ["mri_anat_shift610_zlib.tif", DWI]
-    assert result.stderr == ""
+    assert result.stderr == ""  # -q: no summary, no warnings
 
 
 def test_existing_output_is_refused_then_overwritten_or_skipped(stacks: Path):

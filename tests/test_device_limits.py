@@ -18,8 +18,7 @@ from click.testing import CliRunner
 
 from imgops.cli import cli
 from imgops.commands.normvol import _smaller_chunks_on_gpu_oom
-from imgops.io.images import DecodedImage
-from imgops.pipeline import GrayConverter
+from imgops.pipeline import GRAY, GrayJob, PipelineSettings, run_gray
 from imgops.volume import plan_chunks
 
 SAMPLES = Path(__file__).resolve().parent.parent / "samples"
@@ -94,16 +93,22 @@ def test_chunk_fallback_gives_up_at_one_slice_and_never_on_the_cpu():
 
 
 @pytest.mark.cuda
-def test_gray_image_too_big_for_the_gpu_is_converted_on_the_cpu(memory_cap):
+def test_gray_batch_too_big_for_the_gpu_is_converted_on_the_cpu(tmp_path: Path, memory_cap):
     rng = np.random.default_rng(5)
     pixels = rng.integers(0, 256, (6000, 6000, 3), dtype=np.uint8)  # 108 MB in, 36 MB out
-    image = DecodedImage(pixels=pixels, channel_order="bgr")
-    converter = GrayConverter("cuda")
-    expected = converter.convert(image).copy()
+    source = tmp_path / "big.png"
+    import cv2
+
+    cv2.imwrite(str(source), pixels, [cv2.IMWRITE_PNG_COMPRESSION, 0])
+    torch.zeros(1, device="cuda")
     memory_cap(64)
-    gray, note = converter.convert_noting(image)
-    assert note is not None and "converted on the CPU" in note
-    np.testing.assert_array_equal(gray, expected)
+    results = []
+    settings = PipelineSettings(device="cuda", decoder="cpu", jobs=2)
+    summary = run_gray([GrayJob(source, tmp_path / "out.png", "big")], settings, results.append)
+    assert summary.written == 1, summary.failures
+    assert results[0].note is not None and "converted on the CPU" in results[0].note
+    got = cv2.imread(str(tmp_path / "out.png"), cv2.IMREAD_UNCHANGED)
+    np.testing.assert_array_equal(got, GRAY.cpu(pixels, "bgr"))
 
 
 @pytest.mark.cuda

@@ -1,8 +1,7 @@
 // png_filter on the CPU: the row filters of standalone/png_filter.h (the definition the
-// torch-free encoder uses), split over rows with at::parallel_for. 16-bit images are first
-// copied to big-endian bytes; uint8 rows are filtered in place of the input, with the first
-// row (whose row above is zeros) filtered from a small padded copy.
-#include <ATen/Parallel.h>
+// torch-free encoder uses), split over rows with imgops::parallel_for (parallel.h). 16-bit
+// images are first copied to big-endian bytes; uint8 rows are filtered straight from the input,
+// the first row (whose row above is zeros) from a small padded copy.
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
 #include <torch/library.h>
@@ -12,6 +11,7 @@
 
 #include "../checks.h"
 #include "../standalone/png_filter.h"
+#include "parallel.h"
 
 namespace imgops {
 namespace {
@@ -58,7 +58,7 @@ at::Tensor png_filter_cpu(const at::Tensor& image, int64_t filter) {
     big_endian = at::empty({plan.height * rb}, out.options());
     const uint16_t* src = plan.image.const_data_ptr<uint16_t>();
     uint8_t* dst = big_endian.mutable_data_ptr<uint8_t>();
-    at::parallel_for(0, plan.height * rb / 2, grain * rb / 2, [&](int64_t b, int64_t e) {
+    imgops::parallel_for(0, plan.height * rb / 2, grain * rb / 2, [&](int64_t b, int64_t e) {
       for (int64_t i = b; i < e; ++i) {
         dst[2 * i] = static_cast<uint8_t>(src[i] >> 8);
         dst[2 * i + 1] = static_cast<uint8_t>(src[i] & 0xff);
@@ -67,7 +67,7 @@ at::Tensor png_filter_cpu(const at::Tensor& image, int64_t filter) {
     rows = dst;
   }
   uint8_t* dst = out.mutable_data_ptr<uint8_t>();
-  at::parallel_for(0, plan.height, grain, [&](int64_t begin, int64_t end) {
+  imgops::parallel_for(0, plan.height, grain, [&](int64_t begin, int64_t end) {
     filter_row_range(rows, dst, begin, end, plan);
   });
   return out;

@@ -11,6 +11,7 @@
 #include <torch/library.h>
 
 #include "../checks.h"
+#include "../dispatch.h"
 #include "launch.cuh"
 
 namespace imgops {
@@ -19,8 +20,9 @@ namespace {
 
 constexpr int kRowThreads = 256;
 constexpr int64_t kScoreStride = 4;  // png_filter.h's kScoreStride
-// The adaptive candidates in png_filter.h's order (ties go to the earlier one): Sub, Up, Average.
-constexpr int kCandidates[] = {1, 2, 3};
+// The adaptive candidates in png_filter.h's order (ties go to the earlier one): the codes
+// kFirstCandidate .. kFirstCandidate + kCandidateCount - 1, i.e. Sub (1), Up (2), Average (3).
+constexpr int kFirstCandidate = 1;
 constexpr int kCandidateCount = 3;
 
 // Byte i of row y (row -1 and bytes left of the row are zeros): uint8 as is, uint16 big-endian.
@@ -85,7 +87,7 @@ __global__ void png_filter_kernel(const T* __restrict__ rows, uint8_t* __restric
         const int c = row_byte(rows, samples_per_row, y - 1, i - bpp);
 #pragma unroll
         for (int k = 0; k < kCandidateCount; ++k) {
-          sums[k] += score_of(residual(kCandidates[k], x, a, b, c));
+          sums[k] += score_of(residual(kFirstCandidate + k, x, a, b, c));
         }
       }
 #pragma unroll
@@ -114,7 +116,7 @@ __global__ void png_filter_kernel(const T* __restrict__ rows, uint8_t* __restric
             best_k = k;
           }
         }
-        chosen_filter = kCandidates[best_k];
+        chosen_filter = kFirstCandidate + best_k;
       }
       __syncthreads();
       chosen = chosen_filter;
@@ -152,11 +154,9 @@ at::Tensor png_filter_cuda(const at::Tensor& image, int64_t filter) {
   if (plan.height == 0) {
     return out;
   }
-  if (plan.item_bytes == 1) {
-    launch_png_filter<uint8_t>(plan, out);
-  } else {
-    launch_png_filter<uint16_t>(plan, out);
-  }
+  dispatch<PngTypes>(plan.image.scalar_type(), "png_filter", [&](auto tag) {
+    launch_png_filter<typename decltype(tag)::type>(plan, out);
+  });
   return out;
 }
 

@@ -91,30 +91,34 @@ inline uint64_t filter_score(int filter, const uint8_t* cur, const uint8_t* up, 
   return sum;
 }
 
+// One row: the filter type byte, then the residuals of `cur` (the row above: `up`) in dst.
+inline void filter_one_row(const uint8_t* up, const uint8_t* cur, uint8_t* dst, int64_t row_bytes,
+                           int64_t bpp, int filter) {
+  const int64_t stride = row_bytes >= 16 * kScoreStride ? kScoreStride : 1;
+  int chosen = filter;
+  if (filter == kAdaptive) {
+    chosen = kSub;
+    uint64_t best = filter_score(kSub, cur, up, row_bytes, bpp, stride);
+    for (int candidate : {kUp, kAverage}) {
+      const uint64_t score = filter_score(candidate, cur, up, row_bytes, bpp, stride);
+      if (score < best) {
+        best = score;
+        chosen = candidate;
+      }
+    }
+  }
+  dst[0] = static_cast<uint8_t>(chosen);
+  filter_row(chosen, cur, up, dst + 1, row_bytes, bpp);
+}
+
 // Filters `count` rows: rows[0] is the row above the first (zeros at the top of the image),
 // rows[1..count] the rows to filter, each row_bytes long; out receives count rows of
 // 1 + row_bytes bytes (the filter type, then the residuals).
 inline void filter_rows(const uint8_t* rows, uint8_t* out, int64_t count, int64_t row_bytes,
                         int64_t bpp, int filter) {
-  const int64_t stride = row_bytes >= 16 * kScoreStride ? kScoreStride : 1;
   for (int64_t y = 0; y < count; ++y) {
     const uint8_t* up = rows + y * row_bytes;
-    const uint8_t* cur = up + row_bytes;
-    uint8_t* dst = out + y * (row_bytes + 1);
-    int chosen = filter;
-    if (filter == kAdaptive) {
-      chosen = kSub;
-      uint64_t best = filter_score(kSub, cur, up, row_bytes, bpp, stride);
-      for (int candidate : {kUp, kAverage}) {
-        const uint64_t score = filter_score(candidate, cur, up, row_bytes, bpp, stride);
-        if (score < best) {
-          best = score;
-          chosen = candidate;
-        }
-      }
-    }
-    dst[0] = static_cast<uint8_t>(chosen);
-    filter_row(chosen, cur, up, dst + 1, row_bytes, bpp);
+    filter_one_row(up, up + row_bytes, out + y * (row_bytes + 1), row_bytes, bpp, filter);
   }
 }
 

@@ -10,6 +10,7 @@ import sys
 import click
 
 from . import __version__
+from .cli_common import VERBOSITY
 from .commands.bench import bench
 from .commands.doctor import doctor
 from .commands.gray import gray
@@ -43,14 +44,19 @@ def _print_version(ctx: click.Context, param: click.Parameter, value: bool) -> N
     callback=_print_version,
     help="Show imgops, torch, CUDA and extension build versions.",
 )
-def cli() -> None:
+@click.option("-q", "--quiet", is_flag=True, help="No progress, no summary (errors still print).")
+@click.option("-v", "--verbose", is_flag=True, help="More detail, and tracebacks on errors.")
+def cli(quiet: bool, verbose: bool) -> None:
     """imgops: images and 3-D scans to analysis-ready data, on the GPU when there is one.
+
+    -q and -v may be given before the command (imgops -q gray ...) or after it.
 
     \b
     $ imgops gray photo.jpg -o photo_gray.png
     $ imgops normvol scan.tif --max 4095
     $ imgops doctor
     """
+    VERBOSITY.quiet, VERBOSITY.verbose = quiet, verbose
 
 
 cli.add_command(gray)
@@ -62,7 +68,6 @@ cli.add_command(doctor)
 def main() -> None:
     """Entry point: runs the CLI; Ctrl-C exits 130 and SIGTERM 143, leaving no partial output."""
     signals.install()
-    verbose = any(arg in ("-v", "--verbose") for arg in sys.argv[1:])
     try:
         result = cli.main(standalone_mode=False)
     except click.exceptions.Abort:
@@ -82,7 +87,7 @@ def main() -> None:
         sys.exit(1)
     except Exception as error:  # anything unexpected: one line unless -v asks for the traceback
         remove_pending_temporaries()
-        if verbose:
+        if VERBOSITY.verbose:
             raise
         click.echo(f"imgops: error: {type(error).__name__}: {error}", err=True)
         sys.exit(1)

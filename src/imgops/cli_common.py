@@ -1,5 +1,8 @@
 """Options and helpers shared by every imgops command (rasterio's `rio` is the model).
 
+The input and output options (`-o`, `-d/--output-dir`, `--name`, `--overwrite`,
+`--skip-existing`, `-r`, `--files-from`, `-0`, `--stats-json`, `--device`) are defined once
+here and feed imgops.planner; `plan_errors` turns the planner's plain errors into exit codes.
 Nothing here imports torch: `imgops --help` must stay fast.
 """
 
@@ -9,12 +12,61 @@ import contextlib
 import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import click
 
-from .errors import ImgopsError
+from .errors import OVERWRITE_HINT, PlanError
 
-DEVICE_HELP = "auto (CUDA when a GPU and the CUDA kernels are present), cpu, cuda or cuda:N."
+
+class ImgopsError(click.ClickException):
+    """A failure the user can act on; printed as one line `imgops: error: ...`, exit status 1."""
+
+    exit_code = 1
+
+    def show(self, file=None) -> None:
+        click.echo(f"imgops: error: {self.format_message()}", err=True)
+
+
+class FileError(ImgopsError):
+    """A problem with one input or output file."""
+
+    def __init__(self, path: object, problem: str) -> None:
+        super().__init__(f"{path}: {problem}")
+        self.path = str(path)
+        self.problem = problem
+
+
+@dataclass
+class Verbosity:
+    """-q/-v as given to the group or to a command (the last one set wins); read by cli.main."""
+
+    quiet: bool = False
+    verbose: bool = False
+
+
+#: The process's -q/-v (the group's options and each command's set it).
+VERBOSITY = Verbosity()
+
+
+def _set_quiet(ctx: click.Context, param: click.Parameter, value: bool) -> bool:
+    if value:
+        VERBOSITY.quiet = True
+    return VERBOSITY.quiet
+
+
+def _set_verbose(ctx: click.Context, param: click.Parameter, value: bool) -> bool:
+    if value:
+        VERBOSITY.verbose = True
+    return VERBOSITY.verbose
+
+
+#: What --device auto means, for every command.
+DEVICE_HELP = (
+    "auto: the GPU when one is usable (a CUDA GPU visible and imgops' CUDA kernels built) and "
+    "the work is large enough to repay starting it, else the CPU; or cpu, cuda, cuda:N. Every "
+    "device gives the same bits."
+)
 
 
 def _validate_device(ctx: click.Context, param: click.Parameter, value: str) -> str:
@@ -29,27 +81,83 @@ def _validate_device(ctx: click.Context, param: click.Parameter, value: str) -> 
 device_option = click.option(
     "--device", default="auto", show_default=True, callback=_validate_device, help=DEVICE_HELP
 )
-GRAY_DEVICE_HELP = (
-    "auto (the CPU: for image files the conversion is a few percent of the work, and the CPU "
-    "path starts without torch), cpu, cuda or cuda:N. Every device gives the same bits."
-)
-gray_device_option = click.option(
-    "--device",
-    default="auto",
-    show_default=True,
-    callback=_validate_device,
-    help=GRAY_DEVICE_HELP,
-)
+gray_device_option = device_option  # the same meaning for every command (kept for imports)
 overwrite_option = click.option(
-    "--overwrite", is_flag=True, help="Replace existing outputs (refused otherwise)."
+    "--overwrite",
+    is_flag=True,
+    help="Replace existing outputs (refused otherwise). Inputs are never replaced.",
 )
 skip_existing_option = click.option(
     "--skip-existing", is_flag=True, help="Skip inputs whose output exists (resumable batches)."
 )
-quiet_option = click.option("-q", "--quiet", is_flag=True, help="No progress, no summary.")
-verbose_option = click.option(
-    "-v", "--verbose", is_flag=True, help="More detail, and full tracebacks on errors."
+quiet_option = click.option(
+    "-q",
+    "--quiet",
+    is_flag=True,
+    callback=_set_quiet,
+    help="No progress, no summary (errors are still printed).",
 )
+verbose_option = click.option(
+    "-v", "--verbose", is_flag=True, callback=_set_verbose, help="More detail, and tracebacks."
+)
+output_option = click.option(
+    "-o", "--output", metavar="OUTPUT", help="Output file for one input ('-' = stdout)."
+)
+output_dir_option = click.option(
+    "-d",
+    "--output-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    metavar="DIR",
+    help="Write every output into DIR (created; inputs found in folders keep their sub-folders).",
+)
+recursive_option = click.option(
+    "-r", "--recursive", is_flag=True, help="Descend into sub-folders of folder inputs."
+)
+files_from_option = click.option(
+    "--files-from",
+    metavar="LIST",
+    help="Read input paths from LIST, one a line ('-' = stdin; NUL-separated with -0).",
+)
+null_option = click.option(
+    "-0", "--null", is_flag=True, help="--files-from entries end in NUL bytes (find -print0)."
+)
+stats_json_option = click.option(
+    "--stats-json",
+    type=click.Path(dir_okay=False, path_type=Path),
+    metavar="FILE",
+    help="Write counts, failed inputs with reasons, device and stage seconds as JSON to FILE "
+    "(written atomically; never an input or output of the batch).",
+)
+
+
+def name_option(default_beside: str, default_in_dir: str):
+    """--name TEMPLATE with the command's defaults (beside the input, and with -d)."""
+    return click.option(
+        "--name",
+        "name_template",
+        metavar="TEMPLATE",
+        help="Output file name: fields {stem} {ext} {suffix} {parent}  "
+        f"[default: '{default_beside}', with -d '{default_in_dir}']",
+    )
+
+
+def plan_errors(error: PlanError) -> click.ClickException:
+    """The click exception for a planner error: exit 2 (usage) or 1 (an input problem)."""
+    if error.exit_code == 2:
+        return click.UsageError(str(error))
+    return ImgopsError(str(error))
+
+
+@contextlib.contextmanager
+def planner_errors() -> Iterator[None]:
+    """Turns imgops.errors.PlanError raised inside into the matching click exception."""
+    try:
+        yield
+    except PlanError as error:
+        raise plan_errors(error) from None
+
+
+OVERWRITE_RULE = f"Existing outputs are refused {OVERWRITE_HINT}; inputs are never replaced."
 
 
 def resolve_device(name: str):

@@ -1,23 +1,73 @@
-"""User-facing errors: one line, naming the file and the problem, exit status 1."""
+"""Errors: plain exceptions for the library (planner, file API), click ones for the commands.
+
+`PlanError` and its subclasses are plain exceptions (no click): the planner and
+`imgops.gray_file` raise them, and the command line maps `exit_code` (2: the batch as asked
+cannot run, nothing was done; 1: the input cannot be used) onto its exit status.
+`ImgopsError`/`FileError` (click exceptions, for commands that raise them directly) live in
+imgops.cli_common and are re-exported here lazily, so this module never imports click.
+"""
 
 from __future__ import annotations
 
-import click
+#: The one wording of the no-clobber rule (every command and the planner use it).
+OVERWRITE_HINT = "(use --overwrite)"
 
 
-class ImgopsError(click.ClickException):
-    """A failure the user can act on; printed as one line `imgops: error: ...`, exit status 1."""
+def output_exists_message(target: object) -> str:
+    """The reason given when an existing output is not replaced: 'output T exists (use ...)'."""
+    return f"output {target} exists {OVERWRITE_HINT}"
+
+
+class PlanError(Exception):
+    """The batch as asked cannot be planned; nothing has been done. Plain (no click)."""
+
+    exit_code = 2
+
+
+class UsageProblem(PlanError):
+    """Options or inputs that do not go together (exit 2)."""
+
+
+class OutputCollision(PlanError):
+    """Two inputs would write the same output (exit 2); `pairs` lists (first, second, target)."""
+
+    def __init__(self, message: str, pairs: list[tuple[str, str, str]]) -> None:
+        super().__init__(message)
+        self.pairs = pairs
+
+
+class OutputIsInput(PlanError):
+    """An output (or the stats file) would replace an input or another output (exit 2)."""
+
+
+class BadTarget(PlanError):
+    """An output path that is not, and cannot become, a regular file (exit 2)."""
+
+
+class InputProblem(PlanError):
+    """An input that cannot be used at all (exit 1), e.g. the only input is missing."""
 
     exit_code = 1
-
-    def show(self, file=None) -> None:
-        click.echo(f"imgops: error: {self.format_message()}", err=True)
-
-
-class FileError(ImgopsError):
-    """A problem with one input or output file."""
 
     def __init__(self, path: object, problem: str) -> None:
         super().__init__(f"{path}: {problem}")
         self.path = str(path)
         self.problem = problem
+
+
+class FileFailedError(Exception):
+    """One file could not be processed (`imgops.gray_file`); `reason` is the one-line why."""
+
+    def __init__(self, path: object, reason: str) -> None:
+        super().__init__(f"{path}: {reason}")
+        self.path = str(path)
+        self.reason = reason
+
+
+def __getattr__(name: str):
+    """`ImgopsError` and `FileError` (click exceptions) load from cli_common on first use."""
+    if name in ("ImgopsError", "FileError"):
+        from . import cli_common
+
+        return getattr(cli_common, name)
+    raise AttributeError(f"module 'imgops.errors' has no attribute {name!r}")

@@ -9,6 +9,7 @@ import numpy as np
 import torch
 
 __all__ = [
+    "bin_reference",
     "normalize_volume_reference",
     "png_filter_reference",
     "rgb_to_gray_reference",
@@ -104,3 +105,22 @@ def png_filter_reference(image: np.ndarray, filter: int) -> np.ndarray:
         out[chosen, 0] = code
         out[chosen, 1:] = candidates[k][chosen]
     return out
+
+
+def bin_reference(x: np.ndarray, factors: tuple[int, ...]) -> np.ndarray:
+    """Block mean over the last len(factors) axes in float64, partial blocks cropped; integers
+    rounded half up (floor(mean + 0.5), exact for these sums), floats cast back."""
+    k = len(factors)
+    lead = x.shape[: x.ndim - k]
+    crop = tuple(
+        slice(0, (n // f) * f) for n, f in zip(x.shape[x.ndim - k :], factors, strict=True)
+    )
+    cropped = x[(..., *crop)].astype(np.float64)
+    split = [*lead]
+    for n, f in zip(cropped.shape[x.ndim - k :], factors, strict=True):
+        split += [n // f, f]
+    axes = tuple(len(lead) + 2 * i + 1 for i in range(k))
+    mean = cropped.reshape(split).mean(axis=axes)
+    if np.issubdtype(x.dtype, np.integer):
+        mean = np.floor(mean + 0.5)
+    return mean.astype(x.dtype)

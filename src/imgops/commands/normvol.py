@@ -1,10 +1,13 @@
-"""`imgops normvol`: TIFF stacks to float32/float16 in [0, 1], streamed chunk by chunk."""
+"""`imgops normvol`: stacks to float32/float16, per channel, streamed chunk by chunk.
+
+The work is `imgops.volume_files.normalize_file`; this module parses options, plans the
+inputs and outputs, and reports (one line per file, warnings, the batch summary).
+"""
 
 from __future__ import annotations
 
 import math
 import traceback
-from dataclasses import dataclass
 from pathlib import Path
 
 import click
@@ -20,34 +23,31 @@ from ..cli_common import (
 )
 from ..errors import FileError, ImgopsError
 
-_TYPE_RANGE = {"uint8": (0, 255), "uint16": (0, 65535), "int16": (-32768, 32767)}
 _TIFF_SUFFIXES = (".ome.tiff", ".ome.tif", ".tiff", ".tif")
+_INPUT_SUFFIXES = (".tif", ".tiff")
+PER_HELP = (
+    "Statistics per channel (the default wherever the stack has a C axis), per time point, "
+    "per channel and time point, or one set for the whole stack."
+)
 
 
-@dataclass(frozen=True)
-class Bound:
-    """One end of the range: a number, the input type's limit (`dtype`) or the data's (`data`)."""
-
-    kind: str  # "number", "dtype" or "data"
-    value: float = 0.0
-
-    def describe(self) -> str:
-        return f"{self.value:g}" if self.kind == "number" else self.kind
-
-
-def _parse_bound(ctx: click.Context, param: click.Parameter, text: str | None) -> Bound | None:
+def _parse_bound(ctx: click.Context, param: click.Parameter, text: str | None):
+    """A number, 'dtype', 'data', or a comma list of numbers (one per channel)."""
     if text is None:
         return None
     word = text.strip().lower()
     if word in ("dtype", "data"):
-        return Bound(word)
+        return word
+    parts = [p.strip() for p in word.split(",")]
     try:
-        value = float(word)
+        values = [float(p) for p in parts]
     except ValueError:
-        raise click.BadParameter(f"expected a number, 'dtype' or 'data', got {text!r}") from None
-    if not math.isfinite(value):
+        raise click.BadParameter(
+            f"expected a number, 'dtype', 'data' or numbers per channel (a,b,...), got {text!r}"
+        ) from None
+    if not all(math.isfinite(v) for v in values):
         raise click.BadParameter(f"must be a finite number, got {text!r}")
-    return Bound("number", value)
+    return values[0] if len(values) == 1 else values
 
 
 def _check_percentiles(ctx: click.Context, param: click.Parameter, value):
@@ -65,22 +65,29 @@ def _positive(ctx: click.Context, param: click.Parameter, value: float) -> float
     return value
 
 
-def output_stem(path: Path) -> str:
-    """The input's name without its TIFF (and OME) suffix."""
+def split_name(path: Path) -> tuple[str, str]:
+    """(stem, suffix) with the OME part kept in the suffix: x.ome.tif -> (x, .ome.tif)."""
     name = path.name
     for suffix in _TIFF_SUFFIXES:
         if name.lower().endswith(suffix):
-            return name[: -len(suffix)]
-    return path.stem
+            return name[: -len(suffix)], name[-len(suffix) :]
+    return path.stem, path.suffix or ".tif"
+
+
+def output_stem(path: Path) -> str:
+    """The input's name without its TIFF (and OME) suffix."""
+    return split_name(path)[0]
 
 
 def output_for(path: Path, output: Path | None, directory: Path | None) -> Path:
-    """Where one input's result goes: -o, DIR/<stem>.tif, or <stem>_norm.tif beside the input."""
+    """Where one input's result goes: -o, DIR/<stem><suffix>, or <stem>_norm<suffix> beside
+    the input (`.ome.tif` stays `.ome.tif`)."""
     if output is not None:
         return output
+    stem, suffix = split_name(path)
     if directory is not None:
-        return directory / f"{output_stem(path)}.tif"
-    return path.with_name(f"{output_stem(path)}_norm.tif")
+        return directory / f"{stem}{suffix}"
+    return path.with_name(f"{stem}_norm{suffix}")
 
 
 def _same_file(a: Path, b: Path) -> bool:
@@ -90,43 +97,60 @@ def _same_file(a: Path, b: Path) -> bool:
         return False
 
 
-@dataclass
-class _Settings:
-    maximum: Bound | None
-    minimum: Bound | None
-    percentiles: tuple[float, float] | None
-    clip: bool
-    dtype: str
-    chunk_mb: float
-    overwrite: bool
+def collect_inputs(paths, recursive: bool, files_from) -> list[Path]:
+    """Files as given; folders expanded to their TIFF files (sorted; all levels with -r);
+    --files-from adds one path a line ('-' is stdin)."""
+    found: list[Path] = []
+    for path in paths:
+        if path.is_dir():
+            pattern = "**/*" if recursive else "*"
+            try:
+                entries = sorted(path.glob(pattern))
+            except OSError as error:
+                raise FileError(path, f"cannot list the folder: {error.strerror}") from error
+            files = [p for p in entries if p.is_file() and p.suffix.lower() in _INPUT_SUFFIXES]
+            if not files:
+                raise FileError(path, "no .tif/.tiff files in this folder")
+            found.extend(files)
+        else:
+            found.append(path)
+    if files_from is not None:
+        found.extend(Path(line.strip()) for line in files_from if line.strip())
+    return found
 
 
 @click.command()
-@click.argument("inputs", nargs=-1, required=True, type=click.Path(path_type=Path))
-@click.option(
-    "-o", "--output", type=click.Path(path_type=Path, dir_okay=False), help="Output file."
-)
+@click.argument("inputs", nargs=-1, type=click.Path(path_type=Path))
+@click.option("-o", "--output", type=click.Path(path_type=Path), help="Output (.tif or .ome.zarr).")
 @click.option(
     "-d",
+    "--output-dir",
     "--dir",
     "directory",
     type=click.Path(path_type=Path, file_okay=False),
-    help="Write DIR/<stem>.tif for each input (created if missing).",
+    help="Write DIR/<name> for each input (created if missing).",
+)
+@click.option("-r", "--recursive", is_flag=True, help="Folders: include sub-folders.")
+@click.option(
+    "--files-from",
+    type=click.File("r"),
+    help="Read input paths from FILE, one a line ('-' for stdin).",
 )
 @click.option(
     "--max",
     "maximum",
-    metavar="N|dtype|data",
+    metavar="N|dtype|data|N,N,..",
     callback=_parse_bound,
-    help="Value mapped to 1: a number, 'dtype' (the input type's max) or 'data' "
-    "(the data's max, the default; printed).",
+    help="Value mapped to 1: a number, 'dtype' (the integer type's max), 'data' (the group's "
+    "max, the default) or one number per channel.",
 )
 @click.option(
     "--min",
     "minimum",
-    metavar="N|dtype|data",
+    metavar="N|dtype|data|N,N,..",
     callback=_parse_bound,
-    help="Value mapped to 0: a number (default 0), 'dtype' or 'data'.",
+    help="Value mapped to 0. Default: 0 for unsigned integer stacks, 'data' (the group's min) "
+    "for signed and float stacks. The values used are printed.",
 )
 @click.option(
     "--percentile",
@@ -135,10 +159,20 @@ class _Settings:
     type=float,
     metavar="LO HI",
     callback=_check_percentiles,
-    help="Map the data's LO and HI percentiles to 0 and 1 (exact; numpy.percentile's "
-    "default 'linear' definition). Not with --min/--max.",
+    help="CSBDeep's normalize: map each group's exact LO and HI percentiles (numpy's definition) "
+    "to 0 and 1, (x - lo) / (hi - lo + eps) in float32. Not with --min/--max.",
 )
-@click.option("--clip", is_flag=True, help="Clamp the result to [0, 1].")
+@click.option(
+    "--per",
+    type=click.Choice(["channel", "time", "channel,time", "none"]),
+    default="channel",
+    show_default=True,
+    help=PER_HELP,
+)
+@click.option("--clip", is_flag=True, help="Clamp the result to [0, 1] (NaN stays NaN).")
+@click.option(
+    "--eps", type=float, default=1e-20, show_default=True, help="--percentile: CSBDeep's eps."
+)
 @click.option(
     "--dtype",
     type=click.Choice(["float32", "float16"]),
@@ -147,12 +181,31 @@ class _Settings:
     help="Output type (float16 halves the output; not for ImageJ readers).",
 )
 @click.option(
+    "--compress",
+    type=click.Choice(["auto", "none", "zlib", "zstd", "lzw"]),
+    default="auto",
+    show_default=True,
+    help="TIFF: auto = zlib when the input was compressed, else none (both ImageJ-readable); "
+    "zstd is not read by ImageJ. Zarr: auto = zstd.",
+)
+@click.option(
+    "--predictor/--no-predictor",
+    default=None,
+    help="Floating-point predictor (default: with zstd only; ImageJ reads none).",
+)
+@click.option(
+    "--pyramid",
+    type=click.IntRange(1, 12),
+    default=None,
+    help="OME-Zarr: resolution levels (default: down to 256 pixels).",
+)
+@click.option(
     "--chunk-mb",
     type=float,
     default=256,
     show_default=True,
     callback=_positive,
-    help="Memory for slice buffers in flight (host, and GPU on CUDA); chunks are whole slices.",
+    help="Memory for plane buffers in flight (host, and GPU on CUDA); chunks are whole planes.",
 )
 @device_option
 @overwrite_option
@@ -163,11 +216,18 @@ def normvol(
     inputs: tuple[Path, ...],
     output: Path | None,
     directory: Path | None,
-    maximum: Bound | None,
-    minimum: Bound | None,
-    percentiles: tuple[float, float] | None,
+    recursive: bool,
+    files_from,
+    maximum,
+    minimum,
+    percentiles,
+    per: str,
     clip: bool,
+    eps: float,
     dtype: str,
+    compress: str,
+    predictor: bool | None,
+    pyramid: int | None,
     chunk_mb: float,
     device: str,
     overwrite: bool,
@@ -175,51 +235,51 @@ def normvol(
     quiet: bool,
     verbose: bool,
 ) -> int:
-    """Normalise TIFF stacks: out = (x - min) / (max - min), streamed in chunks of whole slices.
+    """Normalise stacks: out = (x - min) / (max - min), per channel, streamed in chunks.
 
-    Reads uint8/uint16/int16 stacks (multi-page, ImageJ, OME, zlib; LZW etc. with
-    imagecodecs; 2-D images as one slice) of any size: memory stays about --chunk-mb.
-    Writes float32 (or float16) pages, BigTIFF past 4 GB, keeping axes, resolution and
-    ImageJ spacing. Default output: <stem>_norm.tif beside the input.
+    Reads TIFF stacks and hyperstacks (ImageJ, OME, multi-page; any tifffile codec; axes
+    T, Z, C, Y, X) of uint8/16, int16, uint32, int32, float16 or float32, of any size: memory
+    stays about --chunk-mb. Writes float32 (or float16) TIFF keeping axes, resolution,
+    ImageJ Info/Labels/ranges and OME-XML, or OME-Zarr (-o x.ome.zarr) with a pyramid.
+    Default output: <stem>_norm.tif (or .ome.tif) beside the input. NaN/inf are left out of
+    the statistics and written as they are. See docs/VOLUMES.md.
 
     \b
     $ imgops normvol scan.tif                      # max = the data's max (printed)
     $ imgops normvol scan.tif --max 4095 -o out.tif
-    $ imgops normvol scan.tif --max dtype --dtype float16
-    $ imgops normvol *.tif --percentile 1 99.8 --clip -d normalised/
+    $ imgops normvol cells.tif --percentile 1 99.8 --clip      # per channel, CSBDeep-style
+    $ imgops normvol scan.tif -o scan.ome.zarr
+    $ imgops normvol folder/ -r --percentile 1 99.8 -d normalised/
     """
     if output is not None and directory is not None:
-        raise click.UsageError("use -o/--output or -d/--dir, not both")
-    if output is not None and len(inputs) > 1:
-        raise click.UsageError("-o/--output takes one input; use -d/--dir for several")
+        raise click.UsageError("use -o/--output or -d/--output-dir, not both")
     if percentiles is not None and (maximum is not None or minimum is not None):
         raise click.UsageError("--percentile sets both ends; drop --min/--max")
-    if (
-        maximum is not None
-        and minimum is not None
-        and maximum.kind == minimum.kind == "number"
-        and maximum.value <= minimum.value
-    ):
+    if isinstance(maximum, float) and isinstance(minimum, float) and maximum <= minimum:
         raise click.BadParameter(
-            f"--max {maximum.value:g} must be greater than --min {minimum.value:g}",
+            f"--max {maximum:g} must be greater than --min {minimum:g}", param_hint="--max"
+        )
+    if isinstance(maximum, float) and minimum is None and maximum <= 0:
+        raise click.BadParameter(
+            f"--max {maximum:g} must be greater than --min (default 0 for unsigned stacks)",
             param_hint="--max",
         )
-    if maximum is not None and minimum is None and maximum.kind == "number" and maximum.value <= 0:
-        raise click.BadParameter(
-            f"--max {maximum.value:g} must be greater than --min (default 0)", param_hint="--max"
-        )
-    targets = [output_for(path, output, directory) for path in inputs]
-    _check_targets(inputs, targets)
+    if output is not None and output.is_dir() and not output.name.lower().endswith(".zarr"):
+        raise click.BadParameter(f"{output} is a directory", param_hint="-o/--output")
     reporter = Reporter(quiet=quiet, verbose=verbose)
-    settings = _Settings(
-        maximum=maximum or (None if percentiles else Bound("data")),
-        minimum=minimum or (None if percentiles else Bound("number", 0.0)),
-        percentiles=percentiles,
-        clip=clip,
-        dtype=dtype,
-        chunk_mb=chunk_mb,
-        overwrite=overwrite,
-    )
+    try:
+        paths = collect_inputs(inputs, recursive, files_from)
+    except FileError as error:
+        raise click.UsageError(error.format_message()) from None
+    if not paths:
+        raise click.UsageError("no inputs (give files, folders, or --files-from)")
+    if output is not None and len(paths) > 1:
+        raise click.UsageError("-o/--output takes one input; use -d/--output-dir for several")
+    paths, own = _drop_own_outputs(paths, output, directory)
+    for path, source in own:
+        reporter.detail(f"{path}: skipped (it is the output of {source})")
+    targets = [output_for(path, output, directory) for path in paths]
+    _check_targets(paths, targets)
     if not verbose:
         from ..io.volumes import quiet_tifffile
 
@@ -227,30 +287,48 @@ def normvol(
     torch_device = resolve_device(device)
     if directory is not None:
         directory.mkdir(parents=True, exist_ok=True)
+    options = dict(
+        max=maximum if maximum is not None else "data",
+        min=minimum,
+        percentiles=percentiles,
+        per=per,
+        clip=clip,
+        eps=eps,
+        dtype=dtype,
+        compress=compress,
+        predictor=predictor,
+        pyramid=pyramid,
+        chunk_mb=chunk_mb,
+        device=torch_device,
+        overwrite=overwrite,
+    )
     failures = done = skipped = 0
-    for path, target in zip(inputs, targets, strict=True):
+    for path, target in zip(paths, targets, strict=True):
         if skip_existing and target.exists():
             reporter.detail(f"{target}: exists, skipped")
             skipped += 1
             continue
         try:
-            _normalise_one(path, target, settings, torch_device, reporter)
+            result = _normalise_one(path, target, options, reporter)
             done += 1
+            reporter.info(result.summary())
         except ImgopsError as error:
             failures += 1
             reporter.error(error.format_message())
             if verbose:
                 traceback.print_exc()
-        except (MemoryError, RuntimeError) as error:
-            if not _out_of_memory(error):
+        except MemoryError:
+            failures += 1
+            reporter.error(f"{path}: out of memory (try a smaller --chunk-mb)")
+        except Exception as error:  # torch.OutOfMemoryError after halving to one plane
+            if type(error).__name__ != "OutOfMemoryError":
                 raise
             failures += 1
-            reporter.error(f"{path}: {_out_of_memory_advice(error, torch_device)}")
-            if verbose:
-                traceback.print_exc()
-        finally:
-            _release_device_memory(torch_device)
-    if len(inputs) > 1 or failures:
+            reporter.error(
+                f"{path}: out of GPU memory even with one plane per chunk "
+                "(free GPU memory, or use --device cpu)"
+            )
+    if len(paths) > 1 or failures:
         summary = f"normvol: {done} written, {skipped} skipped, {failures} failed"
         if failures and quiet:
             reporter.error(summary)
@@ -261,169 +339,46 @@ def normvol(
     return 0
 
 
-def _smaller_chunks_on_gpu_oom(run, plan, path: Path, device, reporter):
-    """(run(plan), plan), halving the slices per chunk after each GPU out-of-memory error.
+def _normalise_one(path: Path, target: Path, options: dict, reporter: Reporter):
+    from ..volume_files import normalize_file
 
-    Each try starts the pass over (the output of a failed try is discarded by atomic_output);
-    with one slice per chunk the error goes to the caller, which reports it.
-    """
-    import torch
+    def message(kind: str, text: str) -> None:
+        if kind == "warning":
+            reporter.info(f"imgops: warning: {text}")
+        elif kind == "info":
+            reporter.info(text)
+        else:
+            reporter.detail(text)
 
-    while True:
-        try:
-            return run(plan), plan
-        except torch.OutOfMemoryError:
-            if device.type != "cuda" or plan.slices_per_chunk == 1:
-                raise
-        # Out of the except block: the failed try's device buffers are referenced only by the
-        # traceback's frames (a cycle through the recorded error); collect them, then hand the
-        # cached blocks back so the smaller try has the whole device.
-        _release_device_memory(device)
-        smaller = plan.halved()
-        reporter.info(
-            f"{path}: out of GPU memory with {plan.slices_per_chunk} slices per chunk; "
-            f"retrying with {smaller.slices_per_chunk}"
-        )
-        plan = smaller
+    return normalize_file(path, target, **options, on_message=message, progress=reporter.progress)
 
 
-def _out_of_memory_advice(error: BaseException, device) -> str:
-    import torch
-
-    if isinstance(error, torch.OutOfMemoryError):
-        return (
-            "out of GPU memory even with one slice per chunk (free GPU memory, or use --device cpu)"
-        )
-    return "out of memory (try a smaller --chunk-mb)"
-
-
-def _release_device_memory(device) -> None:
-    """Frees unreachable tensors and hands the cached blocks back to the driver (CUDA only)."""
-    if device.type == "cuda":
-        import gc
-
-        import torch
-
-        gc.collect()  # a failed stream leaves its buffers in a traceback cycle
-        torch.cuda.empty_cache()
+def _drop_own_outputs(paths: list[Path], output, directory) -> tuple[list[Path], list]:
+    """Inputs that are another input's default output (a rerun over `*.tif`) are left out."""
+    if output is not None or directory is not None:
+        return paths, []
+    produced = {}
+    for path in paths:
+        produced.setdefault(output_for(path, None, None).absolute(), path)
+    kept, own = [], []
+    for path in paths:
+        source = produced.get(path.absolute())
+        if source is not None and source != path:
+            own.append((path, source))
+        else:
+            kept.append(path)
+    return kept, own
 
 
-def _out_of_memory(error: BaseException) -> bool:
-    """Host or GPU allocation failures (torch reports both as RuntimeError subclasses)."""
-    text = str(error).lower()
-    return isinstance(error, MemoryError) or "out of memory" in text or "allocate" in text
-
-
-def _check_targets(inputs: tuple[Path, ...], targets: list[Path]) -> None:
+def _check_targets(inputs: list[Path], targets: list[Path]) -> None:
+    """No output may be another output, or any input of the batch (same path or same inode)."""
     seen: dict[Path, Path] = {}
+    resolved_inputs = {p.resolve(): p for p in inputs}
     for path, target in zip(inputs, targets, strict=True):
         key = target.resolve()
         if key in seen:
             raise click.UsageError(f"{seen[key]} and {path} would both write {target}")
         seen[key] = path
-        if key == path.resolve() or _same_file(path, target):
-            raise click.UsageError(f"{path}: the output would overwrite the input")
-
-
-def _resolve_bound(bound: Bound, end: str, dtype: str, stats) -> float:
-    if bound.kind == "number":
-        return bound.value
-    if bound.kind == "dtype":
-        low, high = _TYPE_RANGE[dtype]
-        return float(high if end == "max" else low)
-    return float(stats.maximum if end == "max" else stats.minimum)
-
-
-def _normalise_one(path: Path, target: Path, settings: _Settings, device, reporter) -> None:
-    from ..io.atomic import OutputExistsError, atomic_output, check_output_folder
-    from ..io.volumes import open_volume, write_volume
-    from ..volume import normalize_stream, plan_chunks, scan_volume
-
-    with open_volume(path) as reader:
-        info = reader.info
-        plan = plan_chunks(
-            info.shape,
-            info.dtype,
-            settings.dtype,
-            settings.chunk_mb,
-            pinned=device.type == "cuda",
-        )
-        reporter.detail(
-            f"{path}: {'x'.join(map(str, info.shape))} {info.dtype} ({info.axes}, "
-            f"{info.compression}, {info.read_mode} reads); {plan.chunk_count} chunks of "
-            f"{plan.slices_per_chunk} slices, {plan.buffer_bytes / 2**20:.0f} MiB of buffers, "
-            f"{device}"
-        )
-        if not settings.overwrite and target.exists():
-            raise FileError(target, "output exists (use --overwrite)")
-        try:
-            check_output_folder(target)
-        except OSError as error:
-            raise FileError(target, f"cannot write: {error.strerror}") from error
-        needs_scan = settings.percentiles is not None or "data" in (
-            settings.maximum.kind,
-            settings.minimum.kind,
-        )
-        stats = None
-        if needs_scan:
-
-            def scan(plan):
-                with reporter.progress(f"{path.name}: scanning", info.depth) as advance:
-                    return scan_volume(
-                        reader,
-                        plan,
-                        device,
-                        histogram=settings.percentiles is not None,
-                        on_progress=advance,
-                    )
-
-            stats, plan = _smaller_chunks_on_gpu_oom(scan, plan, path, device, reporter)
-        if settings.percentiles is not None:
-            low, high = (stats.percentile(q) for q in settings.percentiles)
-            lo_q, hi_q = settings.percentiles
-            reporter.info(
-                f"{path}: percentiles {lo_q:g}% = {low:.10g}, {hi_q:g}% = {high:.10g} "
-                f"(data {stats.minimum}..{stats.maximum})"
-            )
-        else:
-            high = _resolve_bound(settings.maximum, "max", info.dtype, stats)
-            low = _resolve_bound(settings.minimum, "min", info.dtype, stats)
-            if stats is not None:
-                reporter.info(f"{path}: data min {stats.minimum}, max {stats.maximum}")
-        if not high > low:
-            raise FileError(
-                path,
-                f"max {high:.10g} is not above min {low:.10g} "
-                "(a constant volume? set --max/--min explicitly)",
-            )
-        reporter.detail(f"{path}: normalising with min {low:.10g}, max {high:.10g}")
-
-        def normalise(plan):
-            with (
-                atomic_output(target, overwrite=settings.overwrite) as temp,
-                reporter.progress(path.name, info.depth) as advance,
-            ):
-                return normalize_stream(
-                    reader,
-                    lambda pages: write_volume(temp, pages, info, settings.dtype),
-                    plan,
-                    device,
-                    maximum=high,
-                    minimum=low,
-                    dtype=settings.dtype,
-                    clip=settings.clip,
-                    on_progress=advance,
-                )
-
-        try:
-            result, plan = _smaller_chunks_on_gpu_oom(normalise, plan, path, device, reporter)
-        except OutputExistsError as error:
-            raise FileError(target, "output exists (use --overwrite)") from error
-        except OSError as error:
-            # numpy's short writes (a full disk, a file size limit) carry no errno
-            problem = error.strerror or f"{error} (disk full?)"
-            raise FileError(target, f"cannot write: {problem}") from error
-        reporter.detail(
-            f"{target}: {result.slices} slices in {result.chunks} chunks, {result.seconds:.2f} s, "
-            f"peak buffers {result.peak_buffer_bytes / 2**20:.1f} MiB"
-        )
+        if key in resolved_inputs or any(_same_file(p, target) for p in inputs):
+            victim = resolved_inputs.get(key, path)
+            raise click.UsageError(f"{victim}: the output of {path} would overwrite the input")

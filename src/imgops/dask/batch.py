@@ -20,7 +20,8 @@ with the reason; any other error (the device cannot start) stops the batch, as o
 
 Ctrl-C (any exception in the caller's thread, including one raised by `on_result`): a Dask
 Event tells every running partition to stop after the files in progress (which finish
-atomically), the client waits up to `grace_s` for that, cancels the futures and re-raises.
+atomically), partitions not started are cancelled, and the client waits (up to `grace_s`) until no
+partition runs any more, then re-raises.
 """
 
 from __future__ import annotations
@@ -146,7 +147,9 @@ def run_partition(
         threads = (engine_threads or {}).get(host, 1)
     stop = distributed.Event(stop_name) if stop_name else None
     results: list[JobResult] = []
-    checked = [time.monotonic()]
+    if stop is not None and stop.is_set():
+        return results, None
+    checked = [0.0]
 
     def collect(result: JobResult) -> None:
         results.append(_portable(result))
@@ -294,12 +297,12 @@ def _collect(future, part: list[GrayJob], result_type) -> tuple[list[JobResult],
 
 
 def _stop_all(client, stop, futures, grace_s: float) -> None:
-    """Tells running partitions to stop after their current files, waits, cancels the rest."""
-    import distributed
+    """Cancels the partitions not started, tells the running ones to stop after their current
+    files, and waits (up to `grace_s`) until none runs any more."""
+    from .cluster import wait_until_not_running
 
     with contextlib.suppress(Exception):
         stop.set()
     with contextlib.suppress(Exception):
-        distributed.wait(futures, timeout=grace_s)
-    with contextlib.suppress(Exception):
         client.cancel(futures, force=True)
+    wait_until_not_running(client, {future.key for future in futures}, grace_s)

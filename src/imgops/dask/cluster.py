@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -178,3 +179,25 @@ def _start_cuda(options: dict):
 def worker_count(client: distributed.Client) -> int:
     """Number of workers the scheduler knows now."""
     return len(client.scheduler_info().get("workers", {}))
+
+
+def _executing_keys(dask_worker) -> list:
+    """On a worker: keys of the tasks its threads are running now (cancelled ones included)."""
+    return [ts.key for ts in list(dask_worker.state.executing)]
+
+
+def wait_until_not_running(client, keys: set, timeout_s: float = 30.0) -> None:
+    """Waits until no worker thread still runs one of `keys`.
+
+    The scheduler forgets a cancelled task at once, but a worker thread that had started it
+    runs it to the end; so this asks the workers themselves.
+    """
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            running = {k for ks in client.run(_executing_keys).values() for k in ks}
+        except Exception:  # the cluster is gone: nothing runs any more
+            return
+        if not running & keys:
+            return
+        time.sleep(0.05)

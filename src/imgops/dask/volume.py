@@ -37,6 +37,7 @@ import numpy as np
 from ..errors import FileError
 from . import arrays, ngff
 from ._extra import require_dask
+from .cluster import wait_until_not_running
 
 if TYPE_CHECKING:
     import dask.array
@@ -134,6 +135,8 @@ def write_block(block: np.ndarray, *, store: str, block_info=None) -> np.ndarray
     """On a worker: writes one block into its region of the output array; returns an ack."""
     location = block_info[0]["array-location"]
     region = tuple(slice(start, stop) for start, stop in location)
+    if not any(os.path.exists(os.path.join(store, name)) for name in (".zarray", "zarr.json")):
+        raise FileNotFoundError(f"{store}: the output store was removed (the run was stopped)")
     _open_for_writing(store)[region] = block
     return np.ones((1,) * block.ndim, dtype=np.int8)
 
@@ -182,10 +185,16 @@ def _commit(temp: Path, target: Path, overwrite: bool) -> None:
 
 
 def _run_writes(blocks: list, client, on_progress: Callable[[int], None] | None) -> None:
-    """Computes the per-block write tasks on the cluster (or here, threaded), with progress."""
+    """Computes the per-block write tasks on the cluster (or here, threaded), with progress.
+
+    On any error or interrupt, returns only once no write task runs any more (cancelled tasks
+    that had started finish on their worker first), so the caller can remove the store.
+    """
     import dask
 
     if client is None:
+        from concurrent.futures import ThreadPoolExecutor
+
         from dask.callbacks import Callback
 
         class _Progress(Callback):
@@ -193,8 +202,12 @@ def _run_writes(blocks: list, client, on_progress: Callable[[int], None] | None)
                 if on_progress is not None and isinstance(key, tuple) and "imgops-write" in key[0]:
                     on_progress(1)
 
-        with _Progress():
-            dask.compute(*blocks, scheduler="threads")
+        pool = ThreadPoolExecutor(max_workers=os.cpu_count() or 1)
+        try:
+            with _Progress():
+                dask.compute(*blocks, scheduler="threads", pool=pool)
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
         return
     import distributed
 
@@ -206,8 +219,7 @@ def _run_writes(blocks: list, client, on_progress: Callable[[int], None] | None)
                 on_progress(1)
     except BaseException:
         client.cancel(futures, force=True)
-        with contextlib.suppress(Exception):
-            distributed.wait(futures, timeout=10)
+        wait_until_not_running(client, {f.key for f in futures})
         raise
 
 

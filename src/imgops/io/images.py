@@ -265,9 +265,10 @@ def _imdecode(data: bytes | memoryview, kind: str | None) -> tuple[np.ndarray, t
     """OpenCV's decode of `data`, and the library warnings it printed (when captured)."""
     cv2 = _cv2()
     buffer = np.frombuffer(data, dtype=np.uint8)
-    with decoder_warnings.capture(buffer) as captured:
+    flags = cv2.IMREAD_ANYDEPTH | cv2.IMREAD_ANYCOLOR
+    with decoder_warnings.capture(lambda: cv2.imdecode(buffer, flags)) as captured:
         try:
-            pixels = cv2.imdecode(buffer, cv2.IMREAD_ANYDEPTH | cv2.IMREAD_ANYCOLOR)
+            pixels = cv2.imdecode(buffer, flags)
         except cv2.error as error:
             text = str(error)
             if "validateInputImageSize" in text or "pixels" in text.lower():

@@ -95,7 +95,16 @@ def read_input_bytes(path: str | os.PathLike[str], *, max_bytes: int | None = No
     """
     name = os.fspath(path)
     limit = MAX_INPUT_BYTES if max_bytes is None else max_bytes
-    fd = os.open(name, _OPEN_FLAGS)
+    try:
+        fd = os.open(name, _OPEN_FLAGS)
+    except OSError as error:
+        if error.errno not in (errno.ENXIO, errno.EOPNOTSUPP):
+            raise
+        try:  # a socket, or a device without a driver: say what it is
+            mode = os.stat(name).st_mode
+        except OSError:
+            raise error from None
+        raise _not_regular(mode, name) from None
     try:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):

@@ -1,0 +1,623 @@
+"""One planner for every command: which inputs a batch has, and where each output goes.
+
+`collect_inputs` turns what the user named (files, folders, `-r`, globs, `--files-from` lists
+with `-0`, stdin `-`) into sources; `plan_outputs` pairs each source with its target (`-o`,
+`-d`, `--name` templates) and enforces the one rule: **no output may equal, by path or by
+inode, any input of the batch, any other output, or the stats file**, and existing targets
+must be regular files. A command's own outputs (its naming rule applied to another input of
+the batch) are never taken as inputs, so a rerun over a glob or folder does not read back
+`a_gray.png`.
+
+Problems of the batch as a whole (two inputs writing one output, an output that is an input)
+raise `imgops.errors.PlanError` subclasses before anything is done. Problems of one entry (an
+unreadable sub-folder, a symlink loop, a FIFO, an output folder that is a file, an existing
+output) become `Problem`s: the command reports each as a failure and the rest of the batch
+runs. Plain Python: no click, no torch, no numpy.
+"""
+
+from __future__ import annotations
+
+import errno
+import glob
+import os
+import stat
+import string
+import sys
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO
+
+from .errors import (
+    BadTarget,
+    OutputCollision,
+    OutputIsInput,
+    UsageProblem,
+    output_exists_message,
+)
+
+__all__ = [
+    "STDIO",
+    "NameRule",
+    "Plan",
+    "Problem",
+    "Source",
+    "Sources",
+    "Task",
+    "check_regular_input",
+    "check_stats_path",
+    "collect_inputs",
+    "make_output_folders",
+    "plan_outputs",
+    "read_file_list",
+]
+
+STDIO = "-"
+_GLOB_CHARS = frozenset("*?[")
+NAME_FIELDS = ("stem", "ext", "suffix", "parent")
+
+
+@dataclass(frozen=True)
+class Source:
+    """One input: `path` None is stdin; `base` is the folder it was found in (None if named)."""
+
+    path: Path | None
+    base: Path | None = None
+
+    @property
+    def label(self) -> str:
+        """How messages name this input: the path as found, or <stdin>."""
+        return "<stdin>" if self.path is None else str(self.path)
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One entry that cannot be processed: `label` names it, `reason` says why (one line)."""
+
+    label: str
+    reason: str
+
+
+@dataclass
+class Sources:
+    """What collect_inputs found: the usable inputs, in order, and the entries it could not use."""
+
+    items: list[Source] = field(default_factory=list)
+    problems: list[Problem] = field(default_factory=list)
+
+    @property
+    def from_stdin(self) -> bool:
+        """Whether the one input is stdin."""
+        return len(self.items) == 1 and self.items[0].path is None
+
+
+@dataclass(frozen=True)
+class Task:
+    """One planned job: a source and its target (`target` None is stdout)."""
+
+    source: Source
+    target: Path | None
+
+
+@dataclass
+class Plan:
+    """Every task to run, the entries skipped (`--skip-existing`) and the problems."""
+
+    tasks: list[Task] = field(default_factory=list)
+    skipped: list[Problem] = field(default_factory=list)
+    problems: list[Problem] = field(default_factory=list)
+    #: Files named or found that are outputs of other inputs (a rerun): not part of the batch.
+    left_out: list[Problem] = field(default_factory=list)
+
+    @property
+    def total(self) -> int:
+        """Every entry of the batch: tasks, skips and problems."""
+        return len(self.tasks) + len(self.skipped) + len(self.problems)
+
+
+# ----------------------------------------------------------------------------- inputs
+
+
+def _describe(error: OSError) -> str:
+    if error.errno == errno.ELOOP:
+        return "symlink loop (too many levels of symbolic links)"
+    return error.strerror or str(error)
+
+
+def _kind_of(mode: int) -> str | None:
+    """What a non-regular file is, in words; None for a regular file."""
+    if stat.S_ISREG(mode):
+        return None
+    if stat.S_ISDIR(mode):
+        return "a directory"
+    if stat.S_ISFIFO(mode):
+        return "a FIFO (named pipe)"
+    if stat.S_ISCHR(mode):
+        return "a character device"
+    if stat.S_ISBLK(mode):
+        return "a block device"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    return "not a regular file"
+
+
+def _own_check_input(path: Path) -> None:
+    """Raises OSError unless `path` is a readable regular file (never opens it: no FIFO hang)."""
+    info = os.stat(path)
+    kind = _kind_of(info.st_mode)
+    if kind is not None:
+        code = errno.EISDIR if stat.S_ISDIR(info.st_mode) else errno.EINVAL
+        raise OSError(code, f"is {kind}, not a regular file", str(path))
+    if not os.access(path, os.R_OK):
+        raise PermissionError(errno.EACCES, "Permission denied", str(path))
+
+
+def check_regular_input(path: Path) -> None:
+    """Raises OSError unless `path` is a readable regular file (imgops.io.inputs.check_input
+    where the io layer has it)."""
+    try:
+        from .io.inputs import check_input  # type: ignore[attr-defined]
+    except ImportError:
+        check_input = _own_check_input
+    check_input(path)
+
+
+def read_file_list(stream: IO[bytes], *, null: bool = False) -> list[str]:
+    """Paths from a `--files-from` stream: one a line, or NUL-separated with `null` (find -print0).
+
+    Blank entries are ignored; bytes are decoded as the OS decodes file names. Without `null`,
+    a NUL byte is a usage error that names -0 (instead of Python's 'embedded null byte').
+    """
+    data = stream.read()
+    if isinstance(data, str):
+        data = os.fsencode(data)
+    if null:
+        entries = data.split(b"\0")
+    else:
+        if b"\0" in data:
+            raise UsageProblem(
+                "--files-from: the list contains NUL bytes; use -0/--null for `find -print0`"
+            )
+        entries = [line.rstrip(b"\r") for line in data.split(b"\n")]
+    return [os.fsdecode(entry) for entry in entries if entry.strip()]
+
+
+def _open_list(files_from: str | os.PathLike | IO[bytes], stdin: IO[bytes] | None) -> IO[bytes]:
+    if hasattr(files_from, "read"):
+        return files_from  # type: ignore[return-value]
+    if str(files_from) == STDIO:
+        return stdin if stdin is not None else sys.stdin.buffer
+    path = Path(files_from)  # type: ignore[arg-type]
+    if path.is_dir():
+        raise UsageProblem(f"--files-from {path}: is a directory, not a list of files")
+    try:
+        return open(path, "rb")
+    except OSError as error:
+        raise UsageProblem(f"--files-from {path}: {_describe(error)}") from None
+
+
+class _Walker:
+    """Lists image files of folders: sorted, hidden entries left out, every problem recorded."""
+
+    def __init__(
+        self,
+        suffixes: frozenset[str],
+        recursive: bool,
+        skip_dirs: Iterable[Path],
+        sources: Sources,
+    ) -> None:
+        self.suffixes = suffixes
+        self.recursive = recursive
+        self.skip = {_path_key(p) for p in skip_dirs}
+        self.sources = sources
+
+    def walk(self, top: Path) -> None:
+        """Adds the images of `top` (and of its sub-folders with -r); a folder without any is a
+        problem, as is every folder that cannot be read."""
+        before = (len(self.sources.items), len(self.sources.problems))
+        self._folder(top, top)
+        if (len(self.sources.items), len(self.sources.problems)) == before:
+            where = (
+                "in it or its sub-folders" if self.recursive else "in it (use -r for sub-folders)"
+            )
+            self.sources.problems.append(Problem(str(top), f"no image files found {where}"))
+
+    def _folder(self, folder: Path, base: Path, ancestors: tuple = ()) -> None:
+        problems = self.sources.problems
+        try:
+            info = os.stat(folder)
+            key = (info.st_dev, info.st_ino)
+            if key in ancestors:
+                problems.append(Problem(str(folder), "symlink loop: a link to a folder above it"))
+                return
+            with os.scandir(folder) as listing:
+                entries = sorted(listing, key=lambda e: e.name)
+        except OSError as error:
+            problems.append(Problem(str(folder), f"cannot read folder: {_describe(error)}"))
+            return
+        ancestors = (*ancestors, key)
+        subfolders = []
+        for entry in entries:
+            if entry.name.startswith("."):
+                continue
+            path = Path(entry.path)
+            try:
+                is_dir = entry.is_dir()  # follows symlinks
+            except OSError as error:
+                is_dir = False
+                if path.suffix.lower() not in self.suffixes:
+                    self.sources.problems.append(Problem(str(path), _describe(error)))
+                    continue
+            if is_dir:
+                if self.recursive and _path_key(path) not in self.skip:
+                    subfolders.append(path)
+                continue
+            if path.suffix.lower() not in self.suffixes:
+                continue
+            try:
+                check_regular_input(path)
+            except OSError as error:
+                self.sources.problems.append(Problem(str(path), _describe(error)))
+                continue
+            self.sources.items.append(Source(path, base))
+        for sub in subfolders:
+            self._folder(sub, base, ancestors)
+
+
+def collect_inputs(
+    names: Iterable[str | os.PathLike],
+    *,
+    recursive: bool = False,
+    files_from: str | os.PathLike | IO[bytes] | None = None,
+    null: bool = False,
+    suffixes: Iterable[str],
+    skip_dirs: Iterable[Path] = (),
+    stdin: IO[bytes] | None = None,
+) -> Sources:
+    """The inputs of a batch, in the order named (folders sorted), each file once.
+
+    `names` are files, folders (their files with one of `suffixes`; sub-folders with
+    `recursive`), glob patterns the shell did not expand, or `-` (stdin, the only input).
+    `files_from` is a list file, `-` (`stdin`, else sys.stdin) or an open binary stream
+    (NUL-separated with `null`).
+    `skip_dirs` (an output folder inside an input folder) are never descended into.
+    Raises UsageProblem for stdin mixed with other inputs; every other problem is a Problem.
+    """
+    names = [os.fspath(name) for name in names]
+    if files_from is not None:
+        if str(files_from) == STDIO and STDIO in names:
+            raise UsageProblem("stdin cannot be both an input and --files-from")
+        stream = _open_list(files_from, stdin)
+        try:
+            names += read_file_list(stream, null=null)
+        finally:
+            if stream is not files_from and str(files_from) != STDIO:
+                stream.close()
+    sources = Sources()
+    if STDIO in names:
+        if len(names) > 1:
+            raise UsageProblem("'-' (stdin) must be the only input")
+        sources.items.append(Source(None))
+        return sources
+    walker = _Walker(frozenset(s.lower() for s in suffixes), recursive, skip_dirs, sources)
+    for name in names:
+        _add_named(name, walker, sources)
+    sources.items = _unique(sources.items)
+    return sources
+
+
+def _add_named(name: str, walker: _Walker, sources: Sources) -> None:
+    path = Path(name)
+    if _GLOB_CHARS & set(name) and not os.path.lexists(path):
+        matches = sorted(glob.glob(name, recursive=True))
+        if not matches:
+            sources.problems.append(Problem(name, "no file matches this pattern"))
+        for match in matches:
+            _add_named_path(Path(match), walker, sources)
+        return
+    _add_named_path(path, walker, sources)
+
+
+def _add_named_path(path: Path, walker: _Walker, sources: Sources) -> None:
+    try:
+        is_dir = path.is_dir()
+    except OSError:
+        is_dir = False
+    if is_dir:
+        walker.walk(path)
+        return
+    try:
+        check_regular_input(path)
+    except OSError as error:
+        sources.problems.append(Problem(str(path), _describe(error)))
+        return
+    sources.items.append(Source(path))
+
+
+def _unique(items: list[Source]) -> list[Source]:
+    """The same file named twice (or through a symlink) is done once, where it first appeared.
+    Hard links are different names with different outputs: each is done."""
+    seen: set[object] = set()
+    unique = []
+    for item in items:
+        key = _real_key(item.path) if item.path is not None else None
+        if key is None or key not in seen:
+            unique.append(item)
+            if key is not None:
+                seen.add(key)
+    return unique
+
+
+# ----------------------------------------------------------------------------- outputs
+
+
+def _path_key(path: Path) -> str:
+    """A comparable form of a path: absolute, its folder's symlinks resolved where they exist."""
+    absolute = Path(os.path.abspath(path))
+    try:
+        parent = absolute.parent.resolve()
+    except (OSError, RuntimeError):
+        parent = absolute.parent
+    return os.path.normcase(str(parent / absolute.name))
+
+
+def _real_key(path: Path) -> str:
+    """The path with every symlink resolved (where it can be)."""
+    try:
+        return os.path.normcase(os.path.realpath(path))
+    except (OSError, ValueError):
+        return _path_key(path)
+
+
+def _file_key(path: Path) -> object:
+    """(device, inode) of an existing file (links followed), else its path key."""
+    try:
+        info = os.stat(path)
+    except (OSError, ValueError):
+        return _path_key(path)
+    return (info.st_dev, info.st_ino)
+
+
+class NameRule:
+    """An output file name template with fields {stem} {ext} {suffix} {parent}.
+
+    {stem}: the input name without its suffix; {suffix}: the input's suffix without the dot
+    ("jpg"); {parent}: the input's folder name; {ext}: the output format's suffix ("png").
+
+    Example:
+        >>> NameRule("{stem}_{suffix}_gray.{ext}", "png").render(Path("photos/a.jpg"))
+        'a_jpg_gray.png'
+    """
+
+    def __init__(self, template: str, ext: str, stem: Callable[[Path], str] | None = None) -> None:
+        try:
+            fields = {f for _, f, _, _ in string.Formatter().parse(template) if f is not None}
+        except ValueError as error:
+            raise UsageProblem(f"--name {template!r}: {error}") from None
+        unknown = sorted(fields - set(NAME_FIELDS))
+        if unknown or any(not f for f in fields):
+            known = " ".join(f"{{{f}}}" for f in NAME_FIELDS)
+            raise UsageProblem(
+                f"--name {template!r}: unknown field {{{(unknown or [''])[0]}}} (known: {known})"
+            )
+        if "/" in template or os.sep in template:
+            raise UsageProblem(f"--name {template!r}: a file name, not a path (use -d for folders)")
+        self.template = template
+        self.ext = ext.lstrip(".")
+        self._stem = stem or (lambda p: p.stem)
+
+    def render(self, path: Path) -> str:
+        """The output file name for input `path`."""
+        name = self.template.format(
+            stem=self._stem(path),
+            ext=self.ext,
+            suffix=path.suffix.lstrip("."),
+            parent=path.parent.name or Path(os.path.abspath(path)).parent.name,
+        )
+        if name in ("", ".", ".."):
+            raise UsageProblem(f"--name {self.template!r} gives the empty name {name!r}")
+        return name
+
+
+def _target_for(source: Source, rule: NameRule, output_dir: Path | None) -> Path:
+    assert source.path is not None
+    name = rule.render(source.path)
+    if output_dir is None:
+        return source.path.with_name(name)
+    if source.base is None:
+        return output_dir / name
+    return output_dir / source.path.parent.relative_to(source.base) / name
+
+
+def _target_problem(target: Path) -> str | None:
+    """Why an existing `target` can never be written (a device, FIFO, folder...), else None."""
+    try:
+        info = os.stat(target)
+    except FileNotFoundError:
+        return None
+    except OSError as error:
+        if error.errno == errno.ENOTDIR:
+            return None  # an ancestor is a file: make_output_folders names it
+        return f"output {target}: {_describe(error)}"
+    kind = _kind_of(info.st_mode)
+    if kind is None:
+        return None
+    return f"output {target} is {kind}; imgops replaces only regular files"
+
+
+def plan_outputs(
+    sources: Sources,
+    *,
+    rule: NameRule,
+    output: str | os.PathLike | None = None,
+    output_dir: Path | None = None,
+    overwrite: bool = False,
+    skip_existing: bool = False,
+    stats_path: Path | None = None,
+    collision_hint: str = "",
+) -> Plan:
+    """Pairs every source with its target and checks the batch against the one rule.
+
+    `output` is `-o` (one input; `-` is stdout), `output_dir` is `-d` (sources found in a
+    folder keep their sub-folders); otherwise each output goes beside its input. Inputs that
+    are the rule's output of another input (a rerun) are left out as skipped. Raises
+    OutputIsInput, OutputCollision, BadTarget or UsageProblem for the batch; existing
+    outputs without `overwrite` and non-regular targets are per-entry problems (with
+    `skip_existing`, existing outputs are skipped).
+    """
+    if overwrite and skip_existing:
+        raise UsageProblem("--overwrite and --skip-existing cannot be used together")
+    if output is not None and output_dir is not None:
+        raise UsageProblem("-o and -d cannot be used together")
+    if output_dir is not None and output_dir.exists() and not output_dir.is_dir():
+        raise UsageProblem(f"-d {output_dir} is not a directory")
+    plan = Plan(problems=list(sources.problems))
+    if output is not None:
+        _plan_single(sources, os.fspath(output), overwrite, skip_existing, plan)
+    else:
+        if sources.from_stdin:
+            raise UsageProblem("reading stdin needs -o OUTPUT (or -o - for stdout)")
+        pairs = [(item, _target_for(item, rule, output_dir)) for item in sources.items]
+        pairs = _drop_earlier_outputs(pairs, plan)
+        _check_batch(pairs, collision_hint)
+        for item, target in pairs:
+            _add_task(plan, item, target, overwrite, skip_existing)
+    if stats_path is not None:
+        check_stats_path(stats_path, sources, plan)
+    return plan
+
+
+def _plan_single(
+    sources: Sources, output: str, overwrite: bool, skip_existing: bool, plan: Plan
+) -> None:
+    count = len(sources.items) + len(sources.problems)
+    if count != 1:
+        raise UsageProblem(f"-o takes exactly one input, got {count}; use -d DIR for several")
+    if not sources.items:
+        return  # the one input is a problem: reported as such
+    item = sources.items[0]
+    if output == STDIO:
+        plan.tasks.append(Task(item, None))
+        return
+    target = Path(output)
+    if target.is_dir():
+        raise UsageProblem(f"-o {output} is a directory; use -d {output}")
+    problem = _target_problem(target)
+    if problem is not None:
+        raise BadTarget(f"-o {problem} (for stdout use -o -)")
+    if item.path is not None and _file_key(target) == _file_key(item.path):
+        raise OutputIsInput(f"-o {output} would overwrite its input")
+    if item.path is not None and _path_key(target) == _path_key(item.path):
+        raise OutputIsInput(f"-o {output} would overwrite its input")
+    _add_task(plan, item, target, overwrite, skip_existing)
+
+
+def _drop_earlier_outputs(
+    pairs: list[tuple[Source, Path]], plan: Plan
+) -> list[tuple[Source, Path]]:
+    """Leaves out inputs that are another input's output (a rerun over `*.png` or a folder)
+    unless their own output is themselves (then the batch is refused: see _check_batch)."""
+    targets = {_path_key(target): item for item, target in pairs}
+    kept = []
+    for item, target in pairs:
+        assert item.path is not None
+        maker = targets.get(_path_key(item.path))
+        own_target = _path_key(target) == _path_key(item.path)
+        if maker is not None and maker is not item and not own_target:
+            plan.left_out.append(Problem(item.label, f"left out: the output of {maker.label}"))
+            continue
+        kept.append((item, target))
+    return kept
+
+
+def _check_batch(pairs: list[tuple[Source, Path]], collision_hint: str) -> None:
+    """Refuses the batch when an output would replace an input or two outputs are one file."""
+    inputs: dict[object, Source] = {}
+    for item, _ in pairs:
+        assert item.path is not None
+        inputs[_file_key(item.path)] = item
+        inputs[_path_key(item.path)] = item
+        inputs[_real_key(item.path)] = item
+    seen: dict[str, tuple[Source, Path]] = {}
+    collisions: list[tuple[str, str, str]] = []
+    for item, target in pairs:
+        if _path_key(target) in inputs or _file_key(target) in inputs:
+            raise OutputIsInput(f"{item.label}: its output {target} would overwrite an input")
+        key = _path_key(target)
+        if key in seen:
+            collisions.append((seen[key][0].label, item.label, str(target)))
+        else:
+            seen[key] = (item, target)
+    if collisions:
+        first, second, target = collisions[0]
+        more = f" (and {len(collisions) - 1} more)" if len(collisions) > 1 else ""
+        hint = f"; {collision_hint}" if collision_hint else "; rename one, or use --name"
+        raise OutputCollision(
+            f"{first} and {second} would both write {target}{more}{hint}", collisions
+        )
+
+
+def _add_task(plan: Plan, item: Source, target: Path, overwrite: bool, skip_existing: bool) -> None:
+    problem = _target_problem(target)
+    if problem is not None:
+        plan.problems.append(Problem(item.label, problem))
+    elif os.path.lexists(target) and not overwrite:
+        if skip_existing:
+            plan.skipped.append(Problem(item.label, f"skipped, {target} exists"))
+        else:
+            plan.problems.append(Problem(item.label, output_exists_message(target)))
+    else:
+        plan.tasks.append(Task(item, target))
+
+
+def check_stats_path(stats_path: Path, sources: Sources, plan: Plan) -> None:
+    """Refuses a stats file that is an input or an output of the batch, or not a regular file."""
+    if stats_path.is_dir():
+        raise BadTarget(f"--stats-json {stats_path} is a directory")
+    problem = _target_problem(stats_path)
+    if problem is not None:
+        raise BadTarget(f"--stats-json: {problem}")
+    keys = {_path_key(stats_path), _file_key(stats_path)}
+    for item in sources.items:
+        if item.path is not None and keys & {_path_key(item.path), _file_key(item.path)}:
+            raise OutputIsInput(f"--stats-json {stats_path} would overwrite the input {item.label}")
+    for task in plan.tasks:
+        if task.target is not None and keys & {_path_key(task.target), _file_key(task.target)}:
+            raise OutputIsInput(
+                f"--stats-json {stats_path} is also the output of {task.source.label}"
+            )
+
+
+def make_output_folders(plan: Plan) -> None:
+    """Creates the folders the tasks write into; a task whose folder cannot be made (a file of
+    that name, no permission) becomes a problem and the rest go on."""
+    failed: dict[Path, str] = {}
+    kept = []
+    for task in plan.tasks:
+        if task.target is None:
+            kept.append(task)
+            continue
+        folder = task.target.parent
+        if folder not in failed:
+            try:
+                folder.mkdir(parents=True, exist_ok=True)
+            except (FileExistsError, NotADirectoryError):
+                blocker = _first_non_folder(folder)
+                failed[folder] = f"cannot create output folder {folder}: {blocker} is a file"
+            except OSError as error:
+                failed[folder] = f"cannot create output folder {folder}: {_describe(error)}"
+            else:
+                failed[folder] = ""
+        if failed[folder]:
+            plan.problems.append(Problem(task.source.label, failed[folder]))
+        else:
+            kept.append(task)
+    plan.tasks = kept
+
+
+def _first_non_folder(folder: Path) -> Path:
+    """The nearest ancestor of `folder` (or itself) that exists but is not a folder."""
+    for candidate in reversed((folder, *folder.parents)):
+        if candidate.exists() and not candidate.is_dir():
+            return candidate
+    return folder
