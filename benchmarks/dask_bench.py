@@ -25,6 +25,7 @@ import os
 import resource
 import shutil
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -83,6 +84,10 @@ def single_process_volume(src: Path, dst: Path, qs=(1.0, 99.8)) -> float:
     return time.perf_counter() - started
 
 
+def _log(message: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
 def _peak_rss_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
@@ -119,6 +124,7 @@ def distributed_volume(src: Path, dst: Path, workers: int, repeats: int) -> dict
         with connect(f"local:{workers}") as client:
             client.wait_for_workers(workers)
             client.run(_warm_imports)  # torch + the extension: not part of the run
+            baseline = client.run(_peak_rss_mib)
             ready = time.perf_counter()
             run = normalize_zarr(src, dst, percentile=(1.0, 99.8), client=client)
             seconds = time.perf_counter() - ready
@@ -133,6 +139,7 @@ def distributed_volume(src: Path, dst: Path, workers: int, repeats: int) -> dict
                 "write_seconds": run.seconds["write"],
                 "blocks": run.blocks,
                 "peak_rss_mib_per_worker": sorted(rss.values()),
+                "rss_mib_after_imports": sorted(baseline.values()),
                 "bytes_between_workers": sum(v for v in moved.values() if v >= 0),
                 "task_overhead_ms": overhead * 1e3,
             }
@@ -249,12 +256,14 @@ def main() -> None:
         if not args.skip_volume:
             src = work / "scan.zarr"
             shape = make_volume(src, args.volume_mb, args.chunk_slices)
+            _log(f"volume {shape} made")
             singles = []
             for _ in range(args.repeats):
                 shutil.rmtree(work / "single.ome.zarr", ignore_errors=True)
                 singles.append(single_process_volume(src, work / "single.ome.zarr"))
             shutil.rmtree(work / "single.ome.zarr", ignore_errors=True)
             single_s = statistics.median(singles)
+            _log(f"single process: {singles}")
             spread = distributed_volume(src, work / "out.ome.zarr", args.workers, args.repeats)
             report["volume"] = {
                 "shape": shape,
@@ -264,6 +273,7 @@ def main() -> None:
                 "dask": spread,
                 "ratio": spread["median_seconds"] / single_s,
             }
+            _log(f"dask: {spread['median_seconds']:.2f} s")
             report["scaling_model"] = scaling_model(spread, shape, args.chunk_slices, single_s)
             shutil.rmtree(work / "out.ome.zarr", ignore_errors=True)
         if not args.skip_photos:

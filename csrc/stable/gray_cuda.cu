@@ -1,7 +1,7 @@
 // rgb_to_gray on CUDA through the stable ABI: a grid-stride kernel with 64-bit indices,
 // launched on the current stream under a device guard, every launch checked.
 // The full extension's vectorised kernel (../cuda/gray.cu) needs ../cuda/launch.cuh, which uses
-// c10::cuda for the SM count; the prototype keeps to one scalar kernel (the numerics, ../luma.h,
+// c10::cuda for the SM count; the prototype keeps to one scalar kernel (the numerics, ../bt601.h,
 // are shared, so the results are the same bits).
 #include <cuda_runtime.h>
 #include <torch/csrc/inductor/aoti_torch/c/shim.h>
@@ -16,7 +16,7 @@
 #include <algorithm>
 #include <type_traits>
 
-#include "../luma.h"
+#include "../bt601.h"
 #include "checks.h"
 
 namespace imgops_stable {

@@ -11,8 +11,11 @@ OUT=${OUT:-$PWD/gpu-check-out}
 PY=${PY:-python3}
 mkdir -p "$OUT"
 export TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-9.0}
+PARTS=${PARTS:-stable plan probe}  # e.g. PARTS=probe runs only part 3
+wants() { [[ " $PARTS " == *" $1 "* ]]; }
 work=$(mktemp -d)
 
+if wants stable; then
 echo "== 1. stable-ABI prototype" | tee "$OUT/build-stable.txt"
 $PY - "$work" >>"$OUT/build-stable.txt" 2>&1 <<'PYEOF'
 import shutil, sys, time
@@ -43,7 +46,9 @@ PYTHONPATH=$PWD/src $PY -m pytest tests/test_build_stable.py -q -p no:cacheprovi
   >>"$OUT/build-stable.txt" 2>&1
 echo "stable tests rc=$?" | tee -a "$OUT/build-stable.txt"
 rm -f src/imgops/_C_stable.abi3.so
+fi
 
+if wants plan; then
 echo "== 2. build plan" | tee "$OUT/build-plan.txt"
 (unset TORCH_CUDA_ARCH_LIST FORCE_CUDA; PYTHONPATH=$PWD/src $PY -c "
 import torch
@@ -51,7 +56,10 @@ from imgops import _build_support as s
 plan = s.plan_cuda(torch.version.cuda)
 print(s.plan_build(plan, force_cuda=False, arch_list=None, visible_archs=s.visible_gpu_archs(torch)).summary())
 ") >>"$OUT/build-plan.txt" 2>&1
+cat "$OUT/build-plan.txt"
+fi
 
+if wants probe; then
 echo "== 3. TORCH_CHECK number-formatting probe" | tee "$OUT/build-checkprobe.txt"
 {
   g++ --version | head -1; $PY -VV; ldd "$(command -v "$PY")" | grep -i "stdc\|python"
@@ -99,4 +107,16 @@ for variant in plain cv2; do
     fi
   done
 done
+fi
+if wants probe; then  # which library the probe's (and imgops._C's) ostringstream symbols bind to
+  LD_DEBUG=bindings $PY "$work/probe.py" "$work/probe" 0 plain 2>&1 \
+    | grep "imgops_checkprobe\|imgops/_C\." | grep "ostringstream\|stringbuf\|_M_insert" \
+    | sed 's/^ *[0-9]*: *//' | sort -u | head -40 >>"$OUT/build-checkprobe.txt"
+  nm -D "$work/probe/imgops_checkprobe.so" | grep -i "ostringstream\|_M_insert" | c++filt \
+    >>"$OUT/build-checkprobe.txt"
+  L=$($PY -c "import torch, os; print(os.path.dirname(torch.__file__) + '/lib')")
+  for lib in "$L"/libc10.so "$L"/libtorch.so; do
+    echo "$lib exports $(nm -D --defined-only "$lib" | grep -c _ZNSt7__cxx1119basic_ostringstream) ostringstream symbols" >>"$OUT/build-checkprobe.txt"
+  done
+fi
 rm -rf "$work"
