@@ -165,8 +165,8 @@ def _compile(torch_module, plan: support.CudaPlan, reason: str, archs: str) -> d
     if plan.cuda_home:
         cpp_extension.CUDA_HOME = plan.cuda_home  # read at import; we may come after that
     library = build_dir / "imgops_jit.so"
+    what = f"CPU+CUDA kernels for {archs}" if plan.enabled else "CPU kernels"
     if not library.exists():
-        what = f"CPU+CUDA kernels for {archs}" if plan.enabled else "CPU kernels"
         why = "" if plan.enabled else f"; CPU only: {plan.reason}"
         print(
             f"imgops: compiling the {what} for torch {torch_module.__version__} "
