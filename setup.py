@@ -1,10 +1,19 @@
-"""Ahead-of-time build of imgops._C (CUDAExtension when a matching nvcc is present, else CPU
-only) and of imgops._cli_kernels, the command line's torch-free CPU kernels.
+"""Ahead-of-time build of imgops._C and of imgops._cli_kernels, the command line's torch-free
+CPU kernels. Builds only what the machine needs (one line in the build log says what and why):
+
+  TORCH_CUDA_ARCH_LIST set      CPU + CUDA kernels for exactly those architectures
+  else a GPU is visible         CPU + CUDA kernels for the visible GPUs' architectures
+  else                          CPU kernels only, unless FORCE_CUDA=1 (every supported arch)
+
+CUDA kernels also need a torch built with CUDA and an nvcc of the same CUDA major version.
 
 Environment:
-  FORCE_CUDA=1       fail instead of falling back to a CPU-only build (CI sets it)
+  FORCE_CUDA=1       build the CUDA kernels even without a GPU; fail instead of falling back
+                     to a CPU-only build (CI sets it)
   IMGOPS_CPU_ONLY=1  never compile the CUDA kernels
   DEBUG=1            -O0 -g
+  IMGOPS_STABLE_PROTOTYPE=1  also build imgops._C_stable, rgb_to_gray on PyTorch's stable ABI
+                     (csrc/stable/; torch >= 2.10 and CPython >= 3.10 from one binary)
   TORCH_CUDA_ARCH_LIST, MAX_JOBS, CUDA_HOME as for any PyTorch extension
 """
 
@@ -23,6 +32,7 @@ from setuptools.command.build_py import build_py
 ROOT = Path(__file__).resolve().parent
 CSRC = Path("csrc")
 CLI_KERNELS = "imgops._cli_kernels"
+STABLE = "imgops._C_stable"
 
 
 def _load_build_support():
@@ -41,12 +51,19 @@ import torch  # noqa: E402
 
 FORCE_CUDA = os.environ.get("FORCE_CUDA") == "1"
 DEBUG = os.environ.get("DEBUG") == "1"
+STABLE_PROTOTYPE = os.environ.get("IMGOPS_STABLE_PROTOTYPE") == "1"
 PLAN = support.plan_cuda(torch.version.cuda)
 if PLAN.cuda_home:
     # torch.utils.cpp_extension reads CUDA_HOME once, at import: set it to the real root first.
     os.environ["CUDA_HOME"] = PLAN.cuda_home
-if PLAN.enabled and not os.environ.get("TORCH_CUDA_ARCH_LIST") and not torch.cuda.is_available():
-    os.environ["TORCH_CUDA_ARCH_LIST"] = support.DEFAULT_CUDA_ARCHS
+BUILD = support.plan_build(
+    PLAN,
+    force_cuda=FORCE_CUDA,
+    arch_list=os.environ.get("TORCH_CUDA_ARCH_LIST"),
+    visible_archs=support.visible_gpu_archs(torch) if PLAN.enabled else [],
+)
+if BUILD.cuda:
+    os.environ["TORCH_CUDA_ARCH_LIST"] = BUILD.archs
 
 from torch.utils.cpp_extension import BuildExtension, CppExtension, CUDAExtension  # noqa: E402
 
@@ -60,10 +77,12 @@ def _warn_cpu_only(reason: str) -> None:
     )
 
 
-if not PLAN.enabled:
-    if FORCE_CUDA:
-        sys.exit(f"imgops: FORCE_CUDA=1 but the CUDA kernels cannot be built: {PLAN.reason}")
-    _warn_cpu_only(PLAN.reason)
+if not PLAN.enabled and FORCE_CUDA:
+    sys.exit(f"imgops: FORCE_CUDA=1 but the CUDA kernels cannot be built: {PLAN.reason}")
+if not PLAN.enabled and support.visible_gpu_archs(torch):
+    _warn_cpu_only(PLAN.reason)  # a GPU this build will not use deserves more than one line
+# The one line before compiling (pip shows it with -v; build_info() and doctor repeat it).
+print(BUILD.summary(), file=sys.stderr, flush=True)
 
 
 def make_extension(with_cuda: bool):
@@ -74,6 +93,20 @@ def make_extension(with_cuda: bool):
         sources=[os.path.relpath(s, ROOT) for s in support.source_files(ROOT / CSRC, with_cuda)],
         include_dirs=[str(ROOT / CSRC)],
         extra_compile_args=support.compile_flags(with_cuda, DEBUG),
+    )
+
+
+def make_stable_extension(with_cuda: bool):
+    """imgops._C_stable: the stable-ABI prototype (abi3, any torch >= 2.10)."""
+    kind = CUDAExtension if with_cuda else CppExtension
+    return kind(
+        name=STABLE,
+        sources=[
+            os.path.relpath(s, ROOT) for s in support.stable_source_files(ROOT / CSRC, with_cuda)
+        ],
+        include_dirs=[str(ROOT / CSRC)],
+        extra_compile_args=support.stable_compile_flags(with_cuda, DEBUG),
+        py_limited_api=True,
     )
 
 
@@ -92,10 +125,10 @@ class BuildImgopsExtension(BuildExtension):
     """Builds _C, falls back to CPU only when the CUDA part fails, and records build metadata."""
 
     def build_extension(self, ext):
-        if ext.name == CLI_KERNELS:
+        if ext.name in (CLI_KERNELS, STABLE):
             super().build_extension(ext)
             return
-        with_cuda = PLAN.enabled
+        with_cuda, skipped = BUILD.cuda, ""
         try:
             super().build_extension(ext)
         except Exception as error:  # a CUDA compile failure; CPU-only unless FORCE_CUDA
@@ -105,19 +138,20 @@ class BuildImgopsExtension(BuildExtension):
             cpu = make_extension(False)
             ext.sources, ext.extra_compile_args = cpu.sources, cpu.extra_compile_args
             ext.libraries = [lib for lib in ext.libraries if "cuda" not in lib]
-            with_cuda = False
+            with_cuda, skipped = False, f"the CUDA build failed: {error}"
             super().build_extension(ext)
-        self._write_meta(ext, with_cuda)
+        self._write_meta(ext, with_cuda, skipped or BUILD.why)
 
-    def _write_meta(self, ext, with_cuda: bool) -> None:
+    def _write_meta(self, ext, with_cuda: bool, why: str) -> None:
         meta = {
             "torch": torch.__version__,
             "torch_cuda": torch.version.cuda,
             "cuda_kernels": with_cuda,
-            "cuda_skipped_reason": "" if with_cuda else PLAN.reason,
+            "cuda_skipped_reason": "" if with_cuda else why,
+            "build_plan": BUILD.summary(),
             "nvcc": PLAN.nvcc_version,
             "cuda_home": PLAN.cuda_home,
-            "archs": os.environ.get("TORCH_CUDA_ARCH_LIST", "") if with_cuda else "",
+            "archs": BUILD.archs if with_cuda else "",
             "mode": "ahead-of-time",
             "debug": DEBUG,
         }
@@ -141,7 +175,11 @@ class BuildPyWithSources(build_py):
 
 
 setup(
-    ext_modules=[make_extension(PLAN.enabled), make_cli_kernels()],
+    ext_modules=[
+        make_extension(BUILD.cuda),
+        make_cli_kernels(),
+        *([make_stable_extension(BUILD.cuda)] if STABLE_PROTOTYPE else []),
+    ],
     cmdclass={
         "build_ext": BuildImgopsExtension.with_options(use_ninja=True),
         "build_py": BuildPyWithSources,

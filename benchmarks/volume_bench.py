@@ -16,8 +16,17 @@ The page cache is not dropped: the input is warm for every reader alike. The tab
 column is (wall - startup) / floor: the stream alone, without the fixed cost of starting python,
 torch and the extension (measured on a tiny stack).
 
+Goals of issue 12 (`--goals zarr,channels`, measured in the same run):
+
+- zarr:     `normvol stack.tif -o out.ome.zarr --max 4095` (zstd level 1, the default pyramid)
+            against writing the same level-0 bytes (same chunks, same codec) with zarr alone
+            from blocks already in memory: wall <= 1.3x, peak RSS < 1 GB;
+- channels: `normvol --percentile 1 99.8` of a 2-channel ZCYX hyperstack against the
+            single-channel stack of the same bytes: wall <= 1.2x.
+
     $ python benchmarks/volume_bench.py --size-gb 3 --workdir /tmp/imgops-bench
     $ python benchmarks/volume_bench.py --size-gb 16 --device cuda --json
+    $ python benchmarks/volume_bench.py --size-gb 1 --goals zarr,channels --modes ''
 """
 
 from __future__ import annotations
@@ -55,6 +64,95 @@ with open(path, "wb") as f:
     f.flush()
     os.fsync(f.fileno())
 """
+
+
+_ZARR_FLOOR = """
+import sys
+import numpy as np, tifffile, zarr
+from zarr.codecs import ZstdCodec
+src, dst, cz, period = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+with tifffile.TiffFile(src) as tif:
+    n = len(tif.pages)
+    y, x = tif.pages[0].shape
+    distinct = tif.asarray(key=range(min(period, n))).astype(np.float32) / np.float32(4095)
+array = zarr.create_array(
+    dst, shape=(n, y, x), chunks=(cz, min(y, 512), min(x, 512)), dtype="float32",
+    compressors=[ZstdCodec(level=1)], fill_value=0, zarr_format=3,
+)
+for z0 in range(0, n, cz):
+    array[z0 : min(z0 + cz, n)] = distinct[[z % period for z in range(z0, min(z0 + cz, n))]]
+"""
+
+_HYPERSTACK = """
+import sys
+import tifffile
+src, dst = sys.argv[1], sys.argv[2]
+with tifffile.TiffFile(src) as tif:
+    n = len(tif.pages) // 2 * 2
+    shape = (n // 2, 2, *tif.pages[0].shape)
+    pages = (tif.pages[i].asarray() for i in range(n))
+    with tifffile.TiffWriter(dst, bigtiff=True) as writer:
+        writer.write(pages, shape=shape, dtype="uint16", photometric="minisblack",
+                     metadata={"axes": "ZCYX"})
+"""
+
+
+def slice_period() -> int:
+    """How many distinct slices the synthetic stack repeats (the samples' slice count)."""
+    import tifffile
+
+    return sum(len(tifffile.TiffFile(p).pages) for p in sorted(SAMPLES.glob("mri_*.tif")))
+
+
+def imgops_command(*args: object) -> list[str]:
+    """`python -m imgops.cli ARGS` (quiet, overwriting)."""
+    return [sys.executable, "-m", "imgops.cli", *map(str, args), "--overwrite", "-q"]
+
+
+def run_goals(args: argparse.Namespace, source: Path, results: dict) -> None:
+    """The issue-12 goals on the built stack (see the module docstring)."""
+    workdir = Path(args.workdir)
+    if "zarr" in args.goals:
+        store, floor = workdir / "out.ome.zarr", workdir / "floor.zarr"
+        results["zarr_floor"] = measure(
+            [sys.executable, "-c", _ZARR_FLOOR, str(source), str(floor), "4", str(slice_period())]
+        )
+        shutil.rmtree(floor, ignore_errors=True)
+        entry = results["normvol_ome_zarr"] = measure(
+            imgops_command("normvol", source, "-o", store, "--max", 4095, "--device", args.device)
+        )
+        shutil.rmtree(store, ignore_errors=True)
+        entry["wall_over_floor"] = entry["wall_s"] / results["zarr_floor"]["wall_s"]
+        entry["goal_met"] = entry["wall_over_floor"] <= 1.3 and entry["peak_rss_bytes"] < 2**30
+    if "channels" in args.goals:
+        hyper = workdir / "hyper.tif"
+        subprocess.run([sys.executable, "-c", _HYPERSTACK, str(source), str(hyper)], check=True)
+        out = workdir / "pc.tif"
+        common = ("--percentile", 1, 99.8, "--device", args.device, "-o", out)
+        one = results["percentile_1ch"] = measure(imgops_command("normvol", source, *common))
+        two = results["percentile_2ch"] = measure(imgops_command("normvol", hyper, *common))
+        two["wall_over_1ch"] = two["wall_s"] / one["wall_s"]
+        two["goal_met"] = two["wall_over_1ch"] <= 1.2
+        for path in (hyper, out):
+            path.unlink(missing_ok=True)
+
+
+def print_goals(results: dict) -> None:
+    """The issue-12 goal lines."""
+    mb = 2**20
+    if "normvol_ome_zarr" in results:
+        floor, entry = results["zarr_floor"], results["normvol_ome_zarr"]
+        print(
+            f"OME-Zarr + pyramid {entry['wall_s']:.2f} s vs zarr level-0 alone "
+            f"{floor['wall_s']:.2f} s: {entry['wall_over_floor']:.2f}x (goal <= 1.3), peak RSS "
+            f"{entry['peak_rss_bytes'] / mb:.0f} MB: {'met' if entry['goal_met'] else 'NOT met'}"
+        )
+    if "percentile_2ch" in results:
+        one, two = results["percentile_1ch"], results["percentile_2ch"]
+        print(
+            f"--percentile 2 channels {two['wall_s']:.2f} s vs 1 channel {one['wall_s']:.2f} s: "
+            f"{two['wall_over_1ch']:.2f}x (goal <= 1.2): {'met' if two['goal_met'] else 'NOT met'}"
+        )
 
 
 def build_stack(path: Path, size_gb: float, side: int) -> tuple[int, int]:
@@ -176,6 +274,7 @@ def run(args: argparse.Namespace) -> dict:
                 normvol_command(source, target, mode, args.device, args.chunk_mb)
             )
             target.unlink()
+        run_goals(args, source, results)
     finally:
         if not args.keep:
             for path in (source, target, scratch, workdir / "tiny.tif", workdir / "tiny_norm.tif"):
@@ -241,16 +340,21 @@ def main() -> None:
     parser.add_argument(
         "--modes", default="fixed", help="comma list of fixed, data, percentile (default fixed)"
     )
+    parser.add_argument(
+        "--goals", default="", help="comma list of zarr, channels (issue 12's goals)"
+    )
     parser.add_argument("--workdir", default="/tmp/imgops-volume-bench")
     parser.add_argument("--keep", action="store_true", help="keep the files (default: delete)")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     args = parser.parse_args()
     args.modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+    args.goals = [g.strip() for g in args.goals.split(",") if g.strip()]
     results = run(args)
     if args.json:
         print(json.dumps(results, indent=2))
     else:
         print_table(results, args.modes)
+        print_goals(results)
 
 
 if __name__ == "__main__":

@@ -14,11 +14,6 @@ bool is_gray_dtype(at::ScalarType t) {
          t == at::kBFloat16 || t == at::kDouble;
 }
 
-bool is_volume_dtype(at::ScalarType t) {
-  return t == at::kByte || t == at::kUInt16 || t == at::kShort || t == at::kFloat ||
-         t == at::kDouble;
-}
-
 bool is_normalized_dtype(at::ScalarType t) {
   return t == at::kFloat || t == at::kHalf || t == at::kBFloat16 || t == at::kDouble;
 }
@@ -32,6 +27,13 @@ std::string number_text(double value) {
   return buffer;
 }
 
+}  // namespace
+
+bool is_volume_dtype(at::ScalarType t) {
+  return t == at::kByte || t == at::kUInt16 || t == at::kShort || t == at::kFloat ||
+         t == at::kDouble;
+}
+
 std::string shape_text(c10::IntArrayRef sizes) {
   std::string text = "(";
   for (size_t i = 0; i < sizes.size(); ++i) {
@@ -39,8 +41,6 @@ std::string shape_text(c10::IntArrayRef sizes) {
   }
   return text + (sizes.size() == 1 ? ",)" : ")");
 }
-
-}  // namespace
 
 // "rgb" -> false, "bgr" -> true; anything else is an error.
 bool parse_channel_order(c10::string_view order) {
@@ -99,6 +99,26 @@ NormalizeParams make_normalize_params(double max, double min, bool clip,
                       number_text(range));
   }
   return {min, range, clip};
+}
+
+PngFilterPlan prepare_png_filter(const at::Tensor& image, int64_t filter) {
+  TORCH_CHECK_VALUE(image.dim() == 2 || (image.dim() == 3 && image.size(2) >= 1 &&
+                                         image.size(2) <= 4),
+                    "png_filter: expected an image of shape (H, W) or (H, W, C) with C in 1..4, "
+                    "got shape ",
+                    shape_text(image.sizes()));
+  TORCH_CHECK_TYPE(image.scalar_type() == at::kByte || image.scalar_type() == at::kUInt16,
+                   "png_filter: expected dtype uint8 or uint16, got ", image.scalar_type());
+  TORCH_CHECK_VALUE(image.size(1) >= 1, "png_filter: rows must hold at least one pixel, got shape ",
+                    shape_text(image.sizes()));
+  TORCH_CHECK_VALUE(filter >= -1 && filter <= 4,
+                    "png_filter: filter must be -1 (adaptive), 0 (None), 1 (Sub), 2 (Up), "
+                    "3 (Average) or 4 (Paeth), got ",
+                    std::to_string(filter));
+  const int64_t channels = image.dim() == 3 ? image.size(2) : 1;
+  const int64_t item_bytes = image.scalar_type() == at::kUInt16 ? 2 : 1;
+  return {image.contiguous(),     image.size(0),        image.size(1) * channels * item_bytes,
+          channels * item_bytes, item_bytes, static_cast<int>(filter)};
 }
 
 // value_histogram: uint8 -> 256 bins, uint16 -> 65536, int16 -> 65536 (bin = value + 32768).

@@ -19,5 +19,7 @@ TORCH_LIBRARY(imgops, m) {
       "normalize_volume(Tensor volume, float max, float min=0.0, *, "
       "ScalarType? dtype=None, bool clip=False) -> Tensor");
   m.def("value_histogram(Tensor values) -> Tensor");
+  m.def("png_filter(Tensor image, int filter) -> Tensor");
+  m.def("bin(Tensor x, int[] factors) -> Tensor");
   m.def("_build_config() -> str", [] { return std::string(imgops::build_config()); });
 }

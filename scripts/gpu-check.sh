@@ -2,7 +2,8 @@
 # On the GPU machine, in one call: build imgops for sm_90, run every test (CUDA ones included),
 # compute-sanitizer memcheck and racecheck over the kernels, the CLI on CPU vs CUDA, and timings.
 # Logs go to $OUT (or ./gpu-check-out); a summary is printed last.
-#   bash scripts/gpu-check.sh [stage...]   stages: build tests sanitize timing cli bench pipeline volume
+#   bash scripts/gpu-check.sh [stage...]   stages: build tests sanitize timing cli bench pipeline volume parts
+#   (parts: every scripts/gpu-check.d/*.sh, each area's own GPU checks, run after the build)
 #   (variants, not in the default list: benchmarks/kernel_variants.cu, the kernel design experiments)
 #   (default: all); TESTS="tests/test_x.py ..." narrows the test stage.
 set -uo pipefail
@@ -10,7 +11,7 @@ cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/gpu-check-out}
 mkdir -p "$OUT"
 PY=${PYTHON:-python3}
-STAGES=${*:-build tests sanitize timing cli bench pipeline volume}
+STAGES=${*:-build tests sanitize timing cli bench pipeline volume parts}
 TESTS=${TESTS:-tests}
 SUMMARY="$OUT/summary.txt"
 : >"$SUMMARY"
@@ -89,6 +90,14 @@ if wants volume && [ -f benchmarks/volume_bench.py ]; then
   run_stage volume $PY benchmarks/volume_bench.py --size-gb "${VOLUME_GB:-16}" --device cuda \
     --workdir /tmp/imgops-vol --modes "${VOLUME_MODES:-fixed}"
   cat "$OUT/volume.log" | tee -a "$SUMMARY"
+fi
+if wants parts; then
+  for part in scripts/gpu-check.d/*.sh; do
+    [ -f "$part" ] || continue
+    name=$(basename "$part" .sh)
+    OUT="$OUT" PY="$PY" run_stage "part-$name" bash "$part"
+    tail -n 15 "$OUT/part-$name.log" | tee -a "$SUMMARY"
+  done
 fi
 echo "==== summary"
 cat "$SUMMARY"

@@ -1,7 +1,7 @@
 """A small CUDA run of every imgops kernel for compute-sanitizer (memcheck, racecheck).
 
-Covers 1-pixel images, odd widths, unaligned views (a crop starting at an odd byte), every dtype,
-both channel orders, and checks each result against the CPU kernels so a silent error shows.
+Runs every op of imgops.registry on its samples (1-pixel images, odd widths, unaligned views, every
+dtype and argument) and checks each result against the CPU kernels so a silent error shows.
 `--big` runs each kernel once over a tensor of more than 2^31 elements instead (64-bit indexing;
 about 16 GB of GPU memory), checking its first, middle and last pixels against the CPU.
     $ compute-sanitizer --tool memcheck python scripts/sanitize_kernels.py [--big]
@@ -14,6 +14,7 @@ import sys
 import torch
 
 import imgops
+from imgops import registry
 
 
 def check(name: str, gpu: torch.Tensor, cpu: torch.Tensor) -> int:
@@ -44,12 +45,12 @@ def main_big() -> int:
     del image
     n = (1 << 31) + 4099
     values = torch.randint(0, 256, (n,), dtype=torch.uint8, device="cuda")
-    out = imgops.normalize_volume(values, 255, 0, dtype=torch.float16)
+    out = imgops.normalize_volume(values, max=255, min=0, dtype=torch.float16)
     bad += check_slices(
         "normvol u8->f16 >2^31",
         values,
         out,
-        lambda x: imgops.normalize_volume(x, 255, 0, dtype=torch.float16),
+        lambda x: imgops.normalize_volume(x, max=255, min=0, dtype=torch.float16),
     )
     del out
     counts = imgops.value_histogram(values).cpu()
@@ -57,6 +58,29 @@ def main_big() -> int:
     for start in range(1 << 30, n, 1 << 30):
         expected += torch.bincount(values[start : start + (1 << 30)].cpu(), minlength=256)
     bad += check("histogram u8 >2^31", counts, expected)
+    del values, counts
+    # bin: > 2^31 input elements, each output block read across the 2^31 boundary
+    z, y, x = 4, (1 << 29) // 1000 + 3, 1001
+    volume = torch.randint(0, 256, (z, y, x), dtype=torch.uint8, device="cuda")
+    binned = imgops.bin(volume, (1, 2, 1))
+    for plane in (0, z - 1):
+        for row in (0, binned.shape[1] - 64):
+            src = volume[plane, 2 * row : 2 * row + 128].cpu()
+            bad += check(
+                f"bin >2^31 plane {plane} row {row}",
+                binned[plane, row : row + 64],
+                imgops.bin(src, (2, 1)),
+            )
+    del volume, binned
+    # png_filter: > 2^31 output bytes (and input bytes for uint16)
+    height, width = (1 << 31) // 4000 + 7, 2000
+    image = torch.randint(0, 65536, (height, width), dtype=torch.int32, device="cuda")
+    image = image.to(torch.uint16)
+    filtered = imgops.png_filter(image, -1)
+    for row in (0, height // 2, height - 64):
+        above = max(row - 1, 0)
+        want = imgops.png_filter(image[above : row + 64].cpu(), -1)[row - above :]
+        bad += check(f"png_filter >2^31 row {row}", filtered[row : row + 64], want)
     torch.cuda.synchronize()
     print(f"sanitize_kernels --big: {bad} mismatches")
     return 1 if bad else 0
@@ -67,57 +91,17 @@ def _gray_rows(rows: torch.Tensor) -> torch.Tensor:
 
 
 def main() -> int:
-    """Runs the cases; returns the number of mismatches."""
+    """Every op of imgops.registry on each of its samples and dtypes, CUDA against the CPU (the
+    samples hold 1-pixel inputs, odd sizes and unaligned views); returns 1 on any mismatch."""
     if "--big" in sys.argv[1:]:
         return main_big()
-    torch.manual_seed(0)
     bad = 0
-    for dtype in (
-        torch.uint8,
-        torch.uint16,
-        torch.float32,
-        torch.float16,
-        torch.bfloat16,
-        torch.float64,
-    ):
-        for shape in ((1, 1, 3), (1, 7, 3), (3, 17, 3), (2, 65, 33, 3), (1000, 33, 3)):
-            base = torch.randint(0, 255, (int(torch.tensor(shape).prod()) + 5,), dtype=torch.int32)
-            base = base.to(dtype)
-            for start in (0, 1, 3):
-                cpu = base[start : start + int(torch.tensor(shape).prod())].reshape(shape)
-                for order in ("rgb", "bgr"):
-                    gpu = imgops.rgb_to_gray(cpu.cuda(), order)
-                    bad += check(
-                        f"gray {dtype} {shape} +{start} {order}",
-                        gpu,
-                        imgops.rgb_to_gray(cpu, order),
-                    )
-                    view = base.cuda()[start : start + cpu.numel()].reshape(shape)
-                    bad += check(
-                        f"gray-view {dtype} {shape} +{start}",
-                        imgops.rgb_to_gray(view, order),
-                        imgops.rgb_to_gray(cpu, order),
-                    )
-    for in_dtype in (torch.uint8, torch.uint16, torch.int16, torch.float32, torch.float64):
-        for out_dtype in (torch.float32, torch.float16, torch.bfloat16, torch.float64):
-            for n in (1, 7, 8, 9, 4097):
-                base = torch.randint(-100, 255, (n + 3,), dtype=torch.int32).abs().to(in_dtype)
-                for start in (0, 1):
-                    cpu = base[start : start + n]
-                    gpu_view = base.cuda()[start : start + n]
-                    for clip in (False, True):
-                        want = imgops.normalize_volume(cpu, 200, 3, dtype=out_dtype, clip=clip)
-                        got = imgops.normalize_volume(gpu_view, 200, 3, dtype=out_dtype, clip=clip)
-                        bad += check(f"normvol {in_dtype}->{out_dtype} n={n} +{start}", got, want)
-    for dtype in (torch.uint8, torch.uint16, torch.int16):
-        for n in (1, 1000, 70_000, 300_001):
-            info = torch.iinfo(dtype)
-            values = torch.randint(info.min, info.max + 1, (n,), dtype=torch.int32).to(dtype)
-            bad += check(
-                f"histogram {dtype} n={n}",
-                imgops.value_histogram(values.cuda()),
-                imgops.value_histogram(values),
-            )
+    for info in registry.OPS:
+        for dtype in info.dtypes:
+            for sample in info.samples(dtype):
+                want = info(sample)
+                got = info(sample.to("cuda"))
+                bad += check(f"{info.name} {dtype} {sample.label}", got, want)
     torch.cuda.synchronize()
     print(f"sanitize_kernels: {bad} mismatches")
     return 1 if bad else 0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -36,13 +37,15 @@ def test_quick_bench_json_is_sane(quick_report: dict) -> None:
     copy = quick_report["copy"]["cpu"]
     assert copy["gbps"] > 0 and copy["median_ms"] > 0
     results = quick_report["results"]
-    assert {r["op"] for r in results} == {"rgb_to_gray", "normalize_volume"}
+    benched = {case.op for case in kernels.cases(torch.device("cpu"), True)}  # the registry's
+    assert {r["op"] for r in results} == benched >= {"rgb_to_gray", "normalize_volume"}
     for r in results:
         assert r["error"] is None, r
         assert r["median_ms"] > 0 and r["gbps"] > 0 and r["pct_of_copy"] > 0 and r["reps"] >= 3
         assert r["bytes_moved"] > 0
     ours = [r for r in results if r["impl"] == "imgops"]
-    assert len(ours) == 4 and all(r["verified"] == "exact" for r in ours)
+    cases = kernels.cases(torch.device("cpu"), True)
+    assert len(ours) == len(cases) and all(r["verified"] == "exact" for r in ours)
     assert all(r["vs_imgops"] == pytest.approx(1.0) for r in ours)
     assert any(r["impl"] == "opencv" for r in results)
     assert not any(r["impl"] == "torch.compile" for r in results)  # --no-compile
@@ -118,23 +121,30 @@ def test_pipeline_bench_times_every_tool(tmp_path: Path) -> None:
     for name in ("rocket_baseline_rgb.jpg", "coffee_rgb.png"):
         shutil.copy(SAMPLES / name, folder / name)
     (folder / "notes.txt").write_text("not an image")
-    report = pipeline.run_pipeline(folder, reps=1, device="cpu", work_dir=tmp_path)
+    report = pipeline.run_pipeline(
+        folder, reps=1, device="cpu", jpg=True, nvdecode=False, work_dir=tmp_path
+    )
     assert report["files"] == 2
     runs = {run["tool"]: run for run in report["runs"]}
-    assert set(runs) >= {"imgops gray", "opencv sequential"}
+    jobs = os.cpu_count()
+    assert set(runs) == {
+        "imgops gray cpu",
+        "imgops gray cpu jpg",
+        f"opencv pool ({jobs} processes)",
+        f"opencv pool ({jobs} processes) jpg",
+        f"floor: opencv decode ({jobs} processes)",
+    }
     for tool, run in runs.items():
-        if tool.startswith("opencv"):
-            assert run.get("error") is None, run
-            assert run["wall_s"] > 0 and run["files_per_s"] > 0 and run["output_bytes"] > 0
-    ours = runs["imgops gray"]
-    if ours.get("error") is None:  # imgops gray works: outputs agree with OpenCV's within 1
-        assert ours["output_bytes"] > 0
-        assert all(
-            run["check"].startswith("max diff") for t, run in runs.items() if t != "imgops gray"
-        )
-        assert all(
-            int(run["check"].split()[2]) <= 1 for t, run in runs.items() if t != "imgops gray"
-        )
+        assert run.get("error") is None, run
+        assert run["wall_s"] > 0 and run["files_per_s"] > 0
+        if not tool.startswith("floor"):
+            assert run["output_bytes"] > 0
+    assert runs[f"floor: opencv decode ({jobs} processes)"]["output_bytes"] is None
+    png_check = runs[f"opencv pool ({jobs} processes)"]["check"]
+    assert png_check.startswith("max diff") and int(png_check.split()[2].rstrip(",")) <= 1
+    jpg_check = runs[f"opencv pool ({jobs} processes) jpg"]["check"]
+    assert float(jpg_check.split()[4]) < 1.5  # JPEG at quality 95 both: close, not equal
+    assert runs["imgops gray cpu"]["vs_pool"] > 0
 
 
 def test_pipeline_bench_refuses_a_folder_without_images(tmp_path: Path) -> None:

@@ -7,7 +7,6 @@ driven by an injected out-of-memory error, so CI checks it without a GPU.
 
 from __future__ import annotations
 
-import types
 from pathlib import Path
 
 import numpy as np
@@ -17,20 +16,11 @@ import torch
 from click.testing import CliRunner
 
 from imgops.cli import cli
-from imgops.commands.normvol import _smaller_chunks_on_gpu_oom
-from imgops.io.images import DecodedImage
-from imgops.pipeline import GrayConverter
+from imgops.pipeline import GRAY, GrayJob, PipelineSettings, run_gray
 from imgops.volume import plan_chunks
+from imgops.volume.stream import run_with_smaller_chunks
 
 SAMPLES = Path(__file__).resolve().parent.parent / "samples"
-
-
-class _Notes:
-    def __init__(self) -> None:
-        self.lines: list[str] = []
-
-    def info(self, message: str) -> None:
-        self.lines.append(message)
 
 
 def _stack(path: Path, depth: int, side: int) -> np.ndarray:
@@ -57,7 +47,7 @@ def memory_cap():
 def test_chunk_fallback_halves_until_the_chunk_fits():
     plan = plan_chunks((64, 256, 256), "uint16", "float32", chunk_mb=64)
     assert plan.slices_per_chunk > 8
-    tried = []
+    tried, retries = [], []
 
     def run(p):
         tried.append(p.slices_per_chunk)
@@ -65,45 +55,49 @@ def test_chunk_fallback_halves_until_the_chunk_fits():
             raise torch.OutOfMemoryError("CUDA out of memory (injected)")
         return "done"
 
-    notes = _Notes()
-    cuda = types.SimpleNamespace(type="cuda")
-    result, final = _smaller_chunks_on_gpu_oom(run, plan, Path("scan.tif"), cuda, notes)
+    on_retry = lambda old, new: retries.append((old.slices_per_chunk, new.slices_per_chunk))  # noqa: E731
+    result, final = run_with_smaller_chunks(run, plan, torch.device("cpu"), on_retry=on_retry)
     assert result == "done" and final.slices_per_chunk <= 8
-    assert tried == sorted(tried, reverse=True) and len(tried) == len(notes.lines) + 1
-    assert all("scan.tif: out of GPU memory" in line for line in notes.lines)
+    assert tried == sorted(tried, reverse=True) and len(tried) == len(retries) + 1
+    assert all(new < old for old, new in retries)
 
 
-def test_chunk_fallback_gives_up_at_one_slice_and_never_on_the_cpu():
+def test_chunk_fallback_gives_up_at_one_slice_and_retries_only_out_of_memory():
     plan = plan_chunks((16, 64, 64), "uint16", "float32", chunk_mb=1)
 
     def run(p):
         raise torch.OutOfMemoryError("CUDA out of memory (injected)")
 
-    cuda = types.SimpleNamespace(type="cuda")
     with pytest.raises(torch.OutOfMemoryError):
-        _smaller_chunks_on_gpu_oom(run, plan, Path("s.tif"), cuda, _Notes())
+        run_with_smaller_chunks(run, plan, torch.device("cpu"))
     calls = []
 
-    def run_cpu(p):
+    def run_other(p):
         calls.append(p)
-        raise torch.OutOfMemoryError("injected")
+        raise RuntimeError("CUDA error: an illegal memory access (not memory exhaustion)")
 
-    with pytest.raises(torch.OutOfMemoryError):
-        _smaller_chunks_on_gpu_oom(run_cpu, plan, Path("s.tif"), torch.device("cpu"), _Notes())
+    with pytest.raises(RuntimeError):
+        run_with_smaller_chunks(run_other, plan, torch.device("cpu"))
     assert len(calls) == 1
 
 
 @pytest.mark.cuda
-def test_gray_image_too_big_for_the_gpu_is_converted_on_the_cpu(memory_cap):
+def test_gray_batch_too_big_for_the_gpu_is_converted_on_the_cpu(tmp_path: Path, memory_cap):
     rng = np.random.default_rng(5)
     pixels = rng.integers(0, 256, (6000, 6000, 3), dtype=np.uint8)  # 108 MB in, 36 MB out
-    image = DecodedImage(pixels=pixels, channel_order="bgr")
-    converter = GrayConverter("cuda")
-    expected = converter.convert(image).copy()
+    source = tmp_path / "big.png"
+    import cv2
+
+    cv2.imwrite(str(source), pixels, [cv2.IMWRITE_PNG_COMPRESSION, 0])
+    torch.zeros(1, device="cuda")
     memory_cap(64)
-    gray, note = converter.convert_noting(image)
-    assert note is not None and "converted on the CPU" in note
-    np.testing.assert_array_equal(gray, expected)
+    results = []
+    settings = PipelineSettings(device="cuda", decoder="cpu", jobs=2)
+    summary = run_gray([GrayJob(source, tmp_path / "out.png", "big")], settings, results.append)
+    assert summary.written == 1, summary.failures
+    assert results[0].note is not None and "converted on the CPU" in results[0].note
+    got = cv2.imread(str(tmp_path / "out.png"), cv2.IMREAD_UNCHANGED)
+    np.testing.assert_array_equal(got, GRAY.cpu(pixels, "bgr"))
 
 
 @pytest.mark.cuda

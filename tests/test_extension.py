@@ -76,6 +76,66 @@ def test_cuda_major_mismatch_means_cpu_only_with_a_reason(tmp_path, monkeypatch)
     assert not _build_support.plan_cuda("13.0").enabled
 
 
+CUDA_OK = _build_support.CudaPlan(True, "", "/usr/local/cuda", "13.0")
+
+
+def test_build_plan_explicit_arch_list_wins():
+    build = _build_support.plan_build(
+        CUDA_OK, force_cuda=False, arch_list="8.6;9.0", visible_archs=["12.0"]
+    )
+    assert (build.cuda, build.archs) == (True, "8.6;9.0")
+    assert build.summary() == (
+        "imgops: building CPU + CUDA kernels for 8.6;9.0: TORCH_CUDA_ARCH_LIST=8.6;9.0"
+    )
+
+
+def test_build_plan_visible_gpus_only():
+    build = _build_support.plan_build(
+        CUDA_OK, force_cuda=False, arch_list=" ", visible_archs=["8.0", "9.0"]
+    )
+    assert (build.cuda, build.archs) == (True, "8.0;9.0")
+    assert "sm_80, sm_90" in build.summary()
+
+
+def test_build_plan_no_gpu_means_cpu_only_unless_forced():
+    cpu = _build_support.plan_build(CUDA_OK, force_cuda=False, arch_list=None, visible_archs=[])
+    assert not cpu.cuda and cpu.archs == ""
+    assert cpu.summary().startswith("imgops: building CPU kernels only: no GPU is visible")
+    forced = _build_support.plan_build(CUDA_OK, force_cuda=True, arch_list=None, visible_archs=[])
+    assert (forced.cuda, forced.archs) == (True, _build_support.DEFAULT_CUDA_ARCHS)
+    assert "FORCE_CUDA=1" in forced.why
+
+
+def test_build_plan_without_a_usable_toolkit_says_why():
+    no_nvcc = _build_support.CudaPlan(False, "no nvcc found", None, None)
+    build = _build_support.plan_build(
+        no_nvcc, force_cuda=False, arch_list="9.0", visible_archs=["9.0"]
+    )
+    assert not build.cuda
+    assert build.summary() == "imgops: building CPU kernels only: no nvcc found"
+
+
+class _FakeCuda:
+    def __init__(self, caps):
+        self.caps = caps
+
+    def is_available(self):
+        return bool(self.caps)
+
+    def device_count(self):
+        return len(self.caps)
+
+    def get_device_capability(self, index):
+        return self.caps[index]
+
+
+def test_visible_gpu_archs_are_deduplicated_and_sorted():
+    fake = type("FakeTorch", (), {"cuda": _FakeCuda([(9, 0), (8, 6), (9, 0)])})
+    assert _build_support.visible_gpu_archs(fake) == ["8.6", "9.0"]
+    none = type("FakeTorch", (), {"cuda": _FakeCuda([])})
+    assert _build_support.visible_gpu_archs(none) == []
+
+
 def test_sources_and_flags():
     sources = _build_support.source_files(ROOT / "csrc", with_cuda=True)
     assert any(s.endswith("ops.cpp") for s in sources)

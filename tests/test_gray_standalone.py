@@ -19,8 +19,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from imgops import _cli_kernels
-from imgops.io.images import DecodedImage
-from imgops.pipeline import StandaloneCpuConverter
+from imgops.pipeline import GRAY
 
 SAMPLES = Path(__file__).resolve().parent.parent / "samples"
 
@@ -94,10 +93,7 @@ def test_equals_the_torch_op_on_a_real_photo():
 
     bgr = cv2.imread(str(SAMPLES / "flower_rgb_3mp.png"), cv2.IMREAD_COLOR)
     expected = imgops.rgb_to_gray(torch.from_numpy(bgr), "bgr").numpy()
-    converter = StandaloneCpuConverter(_cli_kernels)
-    got, note = converter.convert_noting(DecodedImage(pixels=bgr, channel_order="bgr"))
-    assert note is None
-    np.testing.assert_array_equal(got, expected)
+    np.testing.assert_array_equal(GRAY.cpu(bgr, "bgr"), expected)
 
 
 @pytest.mark.parametrize(
@@ -154,6 +150,6 @@ def test_gray_on_the_cpu_never_imports_torch(tmp_path: Path):
         assert gray_in_a_process(tmp_path / f"{device}.png", "--device", device) == "NO-TORCH"
 
 
-def test_without_the_module_gray_falls_back_to_the_torch_kernels(tmp_path: Path):
+def test_without_the_module_gray_uses_the_numpy_formula_and_still_no_torch(tmp_path: Path):
     env = {"IMGOPS_NO_CLI_KERNELS": "1"}
-    assert gray_in_a_process(tmp_path / "torch.png", env=env) == "TORCH"
+    assert gray_in_a_process(tmp_path / "numpy.png", env=env) == "NO-TORCH"

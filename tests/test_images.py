@@ -241,8 +241,134 @@ def test_dimensions_of_bmp_and_gif():
 
 
 def test_dimensions_unknown_for_unknown_data():
-    assert image_dimensions(b"P5\n3 2\n255\n" + bytes(6)) is None
+    assert image_dimensions(b"not an image at all") is None
+    assert image_dimensions(b"P5\nthree two\n") is None
     assert sniff_format(b"") is None
+
+
+@pytest.mark.parametrize(
+    ("data", "size"),
+    [
+        (b"P5\n3 2\n255\n" + bytes(6), (3, 2)),
+        (b"P6\n# a comment\n 70000\t5\n255\n", (70000, 5)),
+        (b"Pf\n4 9\n-1.0\n", (4, 9)),
+        (b"P7\nWIDTH 12\nHEIGHT 13\nDEPTH 1\nMAXVAL 255\nENDHDR\n", (12, 13)),
+    ],
+)
+def test_dimensions_of_pnm_family(data, size):
+    assert image_dimensions(data) == size
+
+
+def tiff_with_ifd_after_pixels(width: int, height: int, *, pages: int = 1) -> bytes:
+    """An uncompressed 8-bit gray TIFF whose IFDs follow all of its pixel data."""
+    pixels = bytes(range(256)) * (width * height // 256) + bytes(width * height % 256)
+    data = bytearray(b"II*\x00\x00\x00\x00\x00")
+    strip_offsets = []
+    for _ in range(pages):
+        strip_offsets.append(len(data))
+        data += pixels
+    ifd_offsets = []
+    for page in range(pages):
+        if len(data) % 2:
+            data += b"\x00"
+        ifd_offsets.append(len(data))
+        entries = [
+            (256, 4, width), (257, 4, height), (258, 3, 8), (259, 3, 1), (262, 3, 1),
+            (273, 4, strip_offsets[page]), (277, 3, 1), (278, 4, height),
+            (279, 4, width * height),
+        ]  # fmt: skip
+        data += struct.pack("<H", len(entries))
+        for tag, kind, value in entries:
+            data += struct.pack("<HHI", tag, kind, 1)
+            data += struct.pack("<H2x" if kind == 3 else "<I", value)
+        data += b"\x00\x00\x00\x00"  # next IFD, patched below
+    struct.pack_into("<I", data, 4, ifd_offsets[0])
+    for page in range(pages - 1):
+        next_at = ifd_offsets[page] + 2 + 9 * 12
+        struct.pack_into("<I", data, next_at, ifd_offsets[page + 1])
+    return bytes(data)
+
+
+def test_pixel_limit_reads_a_tiff_ifd_that_follows_the_pixels():
+    """Issue 11.3: the IFD 90 KB into the file (the landed check parsed only the first 64 KiB,
+    so such a TIFF was decoded whatever its size)."""
+    data = tiff_with_ifd_after_pixels(300, 300)
+    assert len(data) > 1 << 16
+    assert image_dimensions(data) == (300, 300)
+    decoded = decode_image(data)  # a valid file: the pixels are exactly right
+    expected = np.frombuffer(data[8 : 8 + 90_000], np.uint8).reshape(300, 300)
+    np.testing.assert_array_equal(decoded.pixels, expected)
+    with pytest.raises(ImageDecodeError, match=r"300x300 \(90000 pixels\), over the limit"):
+        decode_image(data, max_pixels=89_999)
+
+
+def test_multi_page_tiff_says_only_page_0_was_converted():
+    """Issue 11.7: the gray of a 3-page TIFF is page 0, and the result says so."""
+    data = tiff_with_ifd_after_pixels(40, 30, pages=3)
+    decoded = decode_image(data)
+    assert decoded.pixels.shape == (30, 40)
+    assert decoded.warnings == ("TIFF has 3 pages; page 0 was converted, the others ignored",)
+    assert decoded.note == decoded.warnings[0]
+    single = decode_image(tiff_with_ifd_after_pixels(40, 30))
+    assert single.warnings == () and single.note is None
+
+
+def test_tiff_ifd_loop_is_counted_once_and_terminates():
+    data = bytearray(tiff_with_ifd_after_pixels(16, 16, pages=2))
+    first = struct.unpack_from("<I", data, 4)[0]
+    second = struct.unpack_from("<I", data, first + 2 + 9 * 12)[0]
+    struct.pack_into("<I", data, second + 2 + 9 * 12, first)  # page 1 points back to page 0
+    info_pages = image_dimensions(bytes(data))
+    assert info_pages == (16, 16)
+
+
+def test_tiff_without_a_readable_size_is_refused():
+    data = bytearray(tiff_with_ifd_after_pixels(16, 16))
+    struct.pack_into("<I", data, 4, len(data) + 100)  # first IFD past the end of the file
+    with pytest.raises(ImageDecodeError, match="corrupt TIFF: cannot read the image size"):
+        decode_image(bytes(data))
+
+
+def test_jpeg_frame_header_after_stray_bytes_is_still_found():
+    """libjpeg skips bytes between segments; the size check must not stop there."""
+    data = (SAMPLES / "rocket_baseline_rgb.jpg").read_bytes()
+    app0_end = 4 + struct.unpack(">H", data[4:6])[0]  # after the APP0 segment
+    spliced = data[:app0_end] + b"\x00garbage" + data[app0_end:]
+    assert image_dimensions(spliced) == (640, 427)
+    with pytest.raises(ImageDecodeError, match="over the limit"):
+        decode_image(spliced, max_pixels=1000)
+
+
+def test_gif_frame_larger_than_its_screen_sets_the_size():
+    buffer = io.BytesIO()
+    Image.new("P", (19, 11)).save(buffer, "GIF")
+    data = bytearray(buffer.getvalue())
+    struct.pack_into("<HH", data, 6, 2, 2)  # logical screen 2x2, the frame stays 19x11
+    assert image_dimensions(bytes(data)) == (19, 11)
+
+
+@pytest.mark.parametrize("value", ["abc", "-5", "0", "1e9", "12 px"])
+def test_invalid_pixel_limit_variable_is_an_error_naming_it(monkeypatch, value):
+    """Issue 11.7: the landed code ignored a bad IMGOPS_MAX_IMAGE_PIXELS silently."""
+    from imgops.io.images import default_max_pixels
+
+    monkeypatch.setenv(MAX_PIXELS_ENV, value)
+    with pytest.raises(ValueError, match=f"{MAX_PIXELS_ENV} must be a positive whole number"):
+        default_max_pixels()
+    with pytest.raises(ImageDecodeError, match=MAX_PIXELS_ENV):
+        decode_image((SAMPLES / "coffee_rgb.png").read_bytes())
+    monkeypatch.setenv(MAX_PIXELS_ENV, " ")
+    assert default_max_pixels() == 1 << 28
+
+
+def test_data_over_two_gib_gets_a_clear_message(monkeypatch):
+    """Issue 11.7: OpenCV's assertion text for buffers >= 2 GiB (the bound is shrunk here)."""
+    import imgops.io.images as images
+
+    data = (SAMPLES / "coffee_rgb.png").read_bytes()
+    monkeypatch.setattr(images, "MAX_INPUT_BYTES", len(data) - 1)
+    with pytest.raises(ImageDecodeError, match=r"GiB; imgops decodes images of at most 2 GiB"):
+        decode_image(data)
 
 
 # ------------------------------------------------------------------------------ encoding

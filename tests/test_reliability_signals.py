@@ -1,8 +1,9 @@
 """Interruptions and resource limits in real processes (issue 6): nothing partial is left.
 
-SIGINT/SIGTERM during a gray batch and during a normvol batch exit 130/143 and leave only
-complete outputs; a full disk (RLIMIT_FSIZE with SIGXFSZ ignored, so writes fail with EFBIG) is
-one clear error with no partial file; two processes writing into one folder never clobber.
+SIGINT/SIGTERM/SIGHUP (a closed terminal)/SIGQUIT during a gray batch and during a normvol
+batch exit 128+N (130/143/129/131) and leave only complete outputs and no temporary file; a
+full disk (RLIMIT_FSIZE with SIGXFSZ ignored, so writes fail with EFBIG) is one clear error
+with no partial file; two processes writing into one folder never clobber.
 (A signal in the middle of one large stack is tests/test_cli_normvol.py's slow test.)
 The signal and full-disk cases run on the CPU and, where there is a GPU, on CUDA.
 """
@@ -82,7 +83,11 @@ def _batch(folder: Path, count: int, name: str = "flower_rgb_3mp.png") -> Path:
     return source
 
 
-@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+BATCH_SIGNALS = [signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT]
+BATCH_SIGNAL_IDS = ["SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT"]
+
+
+@pytest.mark.parametrize("signum", BATCH_SIGNALS, ids=BATCH_SIGNAL_IDS)
 def test_signal_during_a_gray_batch_leaves_only_complete_outputs(
     tmp_path, signum, expected_flower, device
 ):
@@ -113,7 +118,7 @@ def _stack(path: Path, depth: int, side: int = 512) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+@pytest.mark.parametrize("signum", BATCH_SIGNALS, ids=BATCH_SIGNAL_IDS)
 def test_signal_during_a_normvol_batch_keeps_the_finished_stack(tmp_path, signum, device):
     for name in ("a.tif", "b.tif"):
         _stack(tmp_path / name, 200)

@@ -100,7 +100,7 @@ def test_memory_stays_within_the_chunk_budget_for_a_stack_far_larger(tmp_path: P
 def test_chunked_equals_whole_volume_bit_for_bit(tmp_path: Path, path: Path):
     data = tifffile.imread(path)
     depth = data.shape[0]
-    whole = ops.normalize_volume(torch.from_numpy(data), float(data.max())).numpy()
+    whole = ops.normalize_volume(torch.from_numpy(data), max=float(data.max())).numpy()
     dividing = next(k for k in (5, 4, 3, 2) if depth % k == 0)
     not_dividing = next(k for k in (7, 3, 4) if depth % k)
     for slices in (1, dividing, not_dividing, depth):

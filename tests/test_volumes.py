@@ -79,7 +79,7 @@ def test_two_dimensional_image_is_one_slice(tmp_path: Path):
     data = np.arange(12 * 10, dtype=np.uint16).reshape(12, 10)
     tifffile.imwrite(tmp_path / "flat.tif", data)
     with open_volume(tmp_path / "flat.tif") as reader:
-        assert reader.info.shape == (1, 12, 10) and reader.info.axes == "ZYX"
+        assert reader.info.shape == (1, 12, 10) and reader.info.axes == "YX"
         np.testing.assert_array_equal(reader.read(0, 1)[0], data)
 
 
@@ -127,11 +127,14 @@ BAD_FILES = {
         lambda p: tifffile.imwrite(p, np.zeros((3, 8, 8, 3), np.uint8), photometric="rgb"),
         "RGB",
     ),
-    "4d": (
+    "unknown_axes": (
         lambda p: tifffile.imwrite(
-            p, np.zeros((3, 2, 8, 8), np.uint16), imagej=True, metadata={"axes": "ZCYX"}
+            p,
+            np.zeros((3, 2, 8, 8), np.uint16),
+            photometric="minisblack",
+            metadata={"axes": "TQYX"},
         ),
-        "3x2x8x8",
+        "unknown: Q",
     ),
     "inconsistent": (_write_inconsistent, "page 1 is 5x10"),
     "not_a_tiff": (lambda p: p.write_text("hello, not a TIFF\n"), "not a readable TIFF"),

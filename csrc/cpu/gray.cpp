@@ -1,15 +1,14 @@
-// rgb_to_gray on the CPU: at::parallel_for over pixels, each task running the loop of
-// gray_span.h that suits this CPU.
-#include <ATen/Parallel.h>
+// rgb_to_gray on the CPU: imgops::parallel_for (parallel.h) over pixels, each task running the
+// loop of gray_span.h that suits this CPU.
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
-#include <c10/util/BFloat16.h>
-#include <c10/util/Half.h>
 #include <torch/library.h>
 
+#include "../bt601.h"
 #include "../checks.h"
-#include "../luma.h"
+#include "../dispatch.h"
 #include "gray_span.h"
+#include "parallel.h"
 
 namespace imgops {
 namespace {
@@ -22,18 +21,9 @@ void gray_cpu_typed(const at::Tensor& in, at::Tensor& out) {
   const GraySpanFn<T> span = best_gray_span<T, kBgr>();
   // About 64 KiB of input per task keeps the threads busy without scheduling overhead.
   constexpr int64_t kGrain = 1 << 14;
-  at::parallel_for(0, n, kGrain, [&](int64_t begin, int64_t end) {
+  imgops::parallel_for(0, n, kGrain, [&](int64_t begin, int64_t end) {
     span(src + 3 * begin, dst + begin, end - begin);
   });
-}
-
-template <typename T>
-void gray_cpu_dispatch_order(const at::Tensor& in, at::Tensor& out, bool bgr) {
-  if (bgr) {
-    gray_cpu_typed<T, true>(in, out);
-  } else {
-    gray_cpu_typed<T, false>(in, out);
-  }
 }
 
 at::Tensor rgb_to_gray_cpu(const at::Tensor& image, c10::string_view channel_order) {
@@ -44,28 +34,11 @@ at::Tensor rgb_to_gray_cpu(const at::Tensor& image, c10::string_view channel_ord
   if (out.numel() == 0) {
     return out;
   }
-  switch (in.scalar_type()) {
-    case at::kByte:
-      gray_cpu_dispatch_order<uint8_t>(in, out, bgr);
-      break;
-    case at::kUInt16:
-      gray_cpu_dispatch_order<uint16_t>(in, out, bgr);
-      break;
-    case at::kFloat:
-      gray_cpu_dispatch_order<float>(in, out, bgr);
-      break;
-    case at::kHalf:
-      gray_cpu_dispatch_order<c10::Half>(in, out, bgr);
-      break;
-    case at::kBFloat16:
-      gray_cpu_dispatch_order<c10::BFloat16>(in, out, bgr);
-      break;
-    case at::kDouble:
-      gray_cpu_dispatch_order<double>(in, out, bgr);
-      break;
-    default:
-      TORCH_CHECK(false, "unreachable: dtype checked above");
-  }
+  dispatch<GrayTypes>(in.scalar_type(), "rgb_to_gray", [&](auto tag) {
+    dispatch_bool(bgr, [&](auto order) {
+      gray_cpu_typed<typename decltype(tag)::type, decltype(order)::value>(in, out);
+    });
+  });
   return out;
 }
 

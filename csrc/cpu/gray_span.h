@@ -1,6 +1,6 @@
 // The CPU luma loops on raw pointers, free of torch: shared by the torch op (gray.cpp, which
 // splits the pixels over at::parallel_for) and the torch-free module the command line uses
-// (standalone/gray_module.cpp), so both give the same bits by construction.
+// (standalone/module.cpp, imgops._cli_kernels), so both give the same bits by construction.
 // Integer and float types go through one loop the compiler vectorises, built twice (baseline
 // x86-64 and AVX2) and picked at run time; uint8 and uint16 on x86 take the hand-written loops
 // (gray_u8_avx2.h, gray_u8_sse.h, gray_u16_avx2.h).
@@ -10,7 +10,7 @@
 #include <string_view>
 #include <type_traits>
 
-#include "../luma.h"
+#include "../bt601.h"
 #include "gray_u16_avx2.h"
 #include "gray_u8_avx2.h"
 #include "gray_u8_sse.h"

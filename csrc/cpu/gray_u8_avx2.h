@@ -11,7 +11,7 @@
 
 #include <cstdint>
 
-#include "../luma.h"
+#include "../bt601.h"
 #include "gray_u8_sse.h"
 
 namespace imgops {

@@ -8,7 +8,7 @@
 
 #include <cstdint>
 
-#include "../luma.h"
+#include "../bt601.h"
 
 namespace imgops {
 

@@ -1,13 +1,15 @@
 // value_histogram on the CPU: one private histogram per task, summed at the end.
-#include <ATen/Parallel.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/zeros.h>
 #include <torch/library.h>
 
 #include <algorithm>
+#include <type_traits>
 #include <vector>
 
 #include "../checks.h"
+#include "../dispatch.h"
+#include "parallel.h"
 
 namespace imgops {
 namespace {
@@ -20,7 +22,7 @@ void histogram_cpu_typed(const at::Tensor& in, at::Tensor& counts, int64_t offse
   const int64_t tasks = std::max<int64_t>(1, std::min<int64_t>(at::get_num_threads(),
                                                                  (n + (1 << 20) - 1) >> 20));
   std::vector<std::vector<int64_t>> partial(tasks, std::vector<int64_t>(bins, 0));
-  at::parallel_for(0, tasks, 1, [&](int64_t t0, int64_t t1) {
+  imgops::parallel_for(0, tasks, 1, [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) {
       const int64_t begin = n * t / tasks;
       const int64_t end = n * (t + 1) / tasks;
@@ -45,17 +47,10 @@ at::Tensor value_histogram_cpu(const at::Tensor& values) {
     return counts;
   }
   const at::Tensor in = values.contiguous();
-  switch (in.scalar_type()) {
-    case at::kByte:
-      histogram_cpu_typed<uint8_t>(in, counts, 0);
-      break;
-    case at::kUInt16:
-      histogram_cpu_typed<uint16_t>(in, counts, 0);
-      break;
-    default:
-      histogram_cpu_typed<int16_t>(in, counts, 32768);
-      break;
-  }
+  dispatch<HistogramTypes>(in.scalar_type(), "value_histogram", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    histogram_cpu_typed<T>(in, counts, std::is_signed_v<T> ? 32768 : 0);
+  });
   return counts;
 }
 

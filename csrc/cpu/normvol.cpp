@@ -1,14 +1,13 @@
-// normalize_volume on the CPU: at::parallel_for over elements, a vectorisable inner loop
-// compiled for baseline x86-64 and AVX2.
-#include <ATen/Parallel.h>
+// normalize_volume on the CPU: imgops::parallel_for (parallel.h) over elements, a vectorisable
+// inner loop compiled for baseline x86-64 and AVX2.
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
-#include <c10/util/BFloat16.h>
-#include <c10/util/Half.h>
 #include <torch/library.h>
 
 #include "../checks.h"
-#include "../luma.h"
+#include "../dispatch.h"
+#include "../normalize_math.h"
+#include "parallel.h"
 
 namespace imgops {
 namespace {
@@ -55,25 +54,9 @@ void normalize_cpu_typed(const at::Tensor& in, at::Tensor& out, NormalizeParams 
   }
 #endif
   constexpr int64_t kGrain = 1 << 15;
-  at::parallel_for(0, in.numel(), kGrain, [&](int64_t begin, int64_t end) {
+  imgops::parallel_for(0, in.numel(), kGrain, [&](int64_t begin, int64_t end) {
     span(src + begin, dst + begin, end - begin, p);
   });
-}
-
-template <typename In>
-void normalize_cpu_out_dtype(const at::Tensor& in, at::Tensor& out, NormalizeParams p) {
-  switch (out.scalar_type()) {
-    case at::kFloat:
-      return normalize_cpu_typed<In, float>(in, out, p);
-    case at::kHalf:
-      return normalize_cpu_typed<In, c10::Half>(in, out, p);
-    case at::kBFloat16:
-      return normalize_cpu_typed<In, c10::BFloat16>(in, out, p);
-    case at::kDouble:
-      return normalize_cpu_typed<In, double>(in, out, p);
-    default:
-      TORCH_CHECK(false, "unreachable: output dtype checked above");
-  }
 }
 
 at::Tensor normalize_volume_cpu(const at::Tensor& volume, double max, double min,
@@ -85,25 +68,13 @@ at::Tensor normalize_volume_cpu(const at::Tensor& volume, double max, double min
   if (out.numel() == 0) {
     return out;
   }
-  switch (in.scalar_type()) {
-    case at::kByte:
-      normalize_cpu_out_dtype<uint8_t>(in, out, params);
-      break;
-    case at::kUInt16:
-      normalize_cpu_out_dtype<uint16_t>(in, out, params);
-      break;
-    case at::kShort:
-      normalize_cpu_out_dtype<int16_t>(in, out, params);
-      break;
-    case at::kFloat:
-      normalize_cpu_out_dtype<float>(in, out, params);
-      break;
-    case at::kDouble:
-      normalize_cpu_out_dtype<double>(in, out, params);
-      break;
-    default:
-      TORCH_CHECK(false, "unreachable: input dtype checked above");
-  }
+  dispatch<VolumeTypes>(in.scalar_type(), "normalize_volume", [&](auto in_tag) {
+    dispatch<NormalizedTypes>(out_dtype, "normalize_volume", [&](auto out_tag) {
+      using In = typename decltype(in_tag)::type;
+      using Out = typename decltype(out_tag)::type;
+      normalize_cpu_typed<In, Out>(in, out, params);
+    });
+  });
   return out;
 }
 

@@ -10,7 +10,8 @@
 #include <torch/library.h>
 
 #include "../checks.h"
-#include "../luma.h"
+#include "../dispatch.h"
+#include "../bt601.h"
 #include "launch.cuh"
 
 namespace imgops {
@@ -84,15 +85,6 @@ void launch_gray(const at::Tensor& in, at::Tensor& out) {
   }
 }
 
-template <typename T>
-void launch_gray_order(const at::Tensor& in, at::Tensor& out, bool bgr) {
-  if (bgr) {
-    launch_gray<T, true>(in, out);
-  } else {
-    launch_gray<T, false>(in, out);
-  }
-}
-
 at::Tensor rgb_to_gray_cuda(const at::Tensor& image, c10::string_view channel_order) {
   const bool bgr = parse_channel_order(channel_order);
   check_rgb_image(image);
@@ -102,28 +94,11 @@ at::Tensor rgb_to_gray_cuda(const at::Tensor& image, c10::string_view channel_or
   if (out.numel() == 0) {
     return out;
   }
-  switch (in.scalar_type()) {
-    case at::kByte:
-      launch_gray_order<uint8_t>(in, out, bgr);
-      break;
-    case at::kUInt16:
-      launch_gray_order<uint16_t>(in, out, bgr);
-      break;
-    case at::kFloat:
-      launch_gray_order<float>(in, out, bgr);
-      break;
-    case at::kHalf:
-      launch_gray_order<c10::Half>(in, out, bgr);
-      break;
-    case at::kBFloat16:
-      launch_gray_order<c10::BFloat16>(in, out, bgr);
-      break;
-    case at::kDouble:
-      launch_gray_order<double>(in, out, bgr);
-      break;
-    default:
-      TORCH_CHECK(false, "unreachable: dtype checked above");
-  }
+  dispatch<GrayTypes>(in.scalar_type(), "rgb_to_gray", [&](auto tag) {
+    dispatch_bool(bgr, [&](auto order) {
+      launch_gray<typename decltype(tag)::type, decltype(order)::value>(in, out);
+    });
+  });
   return out;
 }
 

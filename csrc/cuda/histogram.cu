@@ -8,7 +8,10 @@
 #include <c10/cuda/CUDAStream.h>
 #include <torch/library.h>
 
+#include <type_traits>
+
 #include "../checks.h"
+#include "../dispatch.h"
 #include "launch.cuh"
 
 namespace imgops {
@@ -98,22 +101,18 @@ at::Tensor value_histogram_cuda(const at::Tensor& values) {
   }
   const at::Tensor in = values.contiguous();
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
-  switch (in.scalar_type()) {
-    case at::kByte: {
+  dispatch<HistogramTypes>(in.scalar_type(), "value_histogram", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    if constexpr (std::is_same_v<T, uint8_t>) {
       const int64_t n = in.numel();
       histogram_u8_kernel<<<grid_size(n), kThreadsPerBlock, 0, stream>>>(
           in.const_data_ptr<uint8_t>(), n,
           reinterpret_cast<unsigned long long*>(counts.mutable_data_ptr<int64_t>()));
       C10_CUDA_KERNEL_LAUNCH_CHECK();
-      break;
+    } else {
+      launch_histogram_u16<T>(in, counts, std::is_signed_v<T> ? 32768 : 0, stream);
     }
-    case at::kUInt16:
-      launch_histogram_u16<uint16_t>(in, counts, 0, stream);
-      break;
-    default:
-      launch_histogram_u16<int16_t>(in, counts, 32768, stream);
-      break;
-  }
+  });
   return counts;
 }
 

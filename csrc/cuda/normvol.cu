@@ -11,7 +11,8 @@
 #include <torch/library.h>
 
 #include "../checks.h"
-#include "../luma.h"
+#include "../dispatch.h"
+#include "../normalize_math.h"
 #include "launch.cuh"
 
 namespace imgops {
@@ -86,22 +87,6 @@ void launch_normalize(const at::Tensor& in, at::Tensor& out, NormalizeParams p) 
   }
 }
 
-template <typename In>
-void launch_normalize_out(const at::Tensor& in, at::Tensor& out, NormalizeParams p) {
-  switch (out.scalar_type()) {
-    case at::kFloat:
-      return launch_normalize<In, float>(in, out, p);
-    case at::kHalf:
-      return launch_normalize<In, c10::Half>(in, out, p);
-    case at::kBFloat16:
-      return launch_normalize<In, c10::BFloat16>(in, out, p);
-    case at::kDouble:
-      return launch_normalize<In, double>(in, out, p);
-    default:
-      TORCH_CHECK(false, "unreachable: output dtype checked above");
-  }
-}
-
 at::Tensor normalize_volume_cuda(const at::Tensor& volume, double max, double min,
                                  std::optional<at::ScalarType> dtype, bool clip) {
   const at::ScalarType out_dtype = check_volume_args(volume, max, min, dtype);
@@ -112,25 +97,13 @@ at::Tensor normalize_volume_cuda(const at::Tensor& volume, double max, double mi
   if (out.numel() == 0) {
     return out;
   }
-  switch (in.scalar_type()) {
-    case at::kByte:
-      launch_normalize_out<uint8_t>(in, out, params);
-      break;
-    case at::kUInt16:
-      launch_normalize_out<uint16_t>(in, out, params);
-      break;
-    case at::kShort:
-      launch_normalize_out<int16_t>(in, out, params);
-      break;
-    case at::kFloat:
-      launch_normalize_out<float>(in, out, params);
-      break;
-    case at::kDouble:
-      launch_normalize_out<double>(in, out, params);
-      break;
-    default:
-      TORCH_CHECK(false, "unreachable: input dtype checked above");
-  }
+  dispatch<VolumeTypes>(in.scalar_type(), "normalize_volume", [&](auto in_tag) {
+    dispatch<NormalizedTypes>(out_dtype, "normalize_volume", [&](auto out_tag) {
+      using In = typename decltype(in_tag)::type;
+      using Out = typename decltype(out_tag)::type;
+      launch_normalize<In, Out>(in, out, params);
+    });
+  });
   return out;
 }
 

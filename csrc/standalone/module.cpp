@@ -2,15 +2,20 @@
 // so that `imgops gray` on the CPU starts in a fraction of a second instead of waiting seconds
 // for `import torch`:
 // - rgb_to_gray runs the very loops of cpu/gray_span.h that the torch op runs;
-// - png_filter_rows runs the PNG row filters of png_filter.h for imgops.io.png.
+// - png_filter_rows runs the PNG row filters of png_filter.h for imgops.io.png;
+// - png_encode and png_encode_filtered write whole PNG files with the row deflate of
+//   png_deflate.h (png_encode.h).
 // One image (or strip) per call on the calling thread, with the GIL released: the command
 // line's worker threads run several at once.
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
 #include <cstdint>
+#include <new>
+#include <vector>
 
 #include "../cpu/gray_span.h"
+#include "png_encode.h"
 #include "png_filter.h"
 
 namespace {
@@ -78,8 +83,8 @@ PyObject* png_filter_rows(PyObject* /*self*/, PyObject* args) {
   const char* problem = nullptr;
   if (count < 0 || row_bytes < 1 || bpp < 1 || bpp > 8) {
     problem = "count >= 0, row_bytes >= 1 and 1 <= bpp <= 8 are required";
-  } else if (filter < imgops::png::kAdaptive || filter > imgops::png::kAverage) {
-    problem = "filter must be -1 (adaptive), 0 (None), 1 (Sub), 2 (Up) or 3 (Average)";
+  } else if (filter < imgops::png::kAdaptive || filter > imgops::png::kPaeth) {
+    problem = "filter must be -1 (adaptive), 0 (None), 1 (Sub), 2 (Up), 3 (Average) or 4 (Paeth)";
   } else if (rows.len < (count + 1) * row_bytes || out.len < count * (row_bytes + 1)) {
     problem = "rows needs (count + 1) * row_bytes bytes and out count * (row_bytes + 1)";
   }
@@ -98,6 +103,120 @@ PyObject* png_filter_rows(PyObject* /*self*/, PyObject* args) {
   Py_RETURN_NONE;
 }
 
+// Checks a shape for png_encode*; nullptr when it is fine, else the problem.
+const char* check_png_shape(const imgops::png::ImageShape& shape) {
+  if (shape.width < 1 || shape.height < 1 || shape.width > 0x7FFFFFFF ||
+      shape.height > 0x7FFFFFFF) {
+    return "width and height must be 1..2^31-1";
+  }
+  if (shape.channels < 1 || shape.channels > 4) return "channels must be 1..4";
+  if (shape.itemsize != 1 && shape.itemsize != 2) return "itemsize must be 1 or 2";
+  return nullptr;
+}
+
+// Runs encode(out) without the GIL into a new bytes object of max_png_bytes(shape), which
+// nothing else can see yet, and trims it to the size encode returns.
+template <typename Encode>
+PyObject* png_bytes(const imgops::png::ImageShape& shape, Encode&& encode) {
+  PyObject* result = PyBytes_FromStringAndSize(
+      nullptr, static_cast<Py_ssize_t>(imgops::png::max_png_bytes(shape)));
+  if (result == nullptr) return nullptr;
+  uint8_t* out = reinterpret_cast<uint8_t*>(PyBytes_AS_STRING(result));
+  size_t size = 0;
+  bool no_memory = false;
+  Py_BEGIN_ALLOW_THREADS;
+  try {
+    size = encode(out);
+  } catch (const std::bad_alloc&) {
+    no_memory = true;
+  }
+  Py_END_ALLOW_THREADS;
+  if (no_memory) {
+    Py_DECREF(result);
+    return PyErr_NoMemory();
+  }
+  if (_PyBytes_Resize(&result, static_cast<Py_ssize_t>(size)) != 0) return nullptr;
+  return result;
+}
+
+PyObject* png_encode(PyObject* /*self*/, PyObject* args) {
+  Py_buffer pixels;
+  imgops::png::ImageShape shape{};
+  Py_ssize_t width = 0;
+  Py_ssize_t height = 0;
+  Py_ssize_t row_stride = 0;
+  int filter = 0;
+  if (!PyArg_ParseTuple(args, "y*nniini:png_encode", &pixels, &width, &height, &shape.channels,
+                        &shape.itemsize, &row_stride, &filter)) {
+    return nullptr;
+  }
+  shape.width = width;
+  shape.height = height;
+  const char* problem = check_png_shape(shape);
+  if (problem == nullptr) {
+    if (filter < imgops::png::kAdaptive || filter > imgops::png::kPaeth) {
+      problem = "filter must be -1..4";
+    } else if (row_stride < shape.row_bytes() ||
+               pixels.len < (shape.height - 1) * row_stride + shape.row_bytes()) {
+      problem = "the buffer is smaller than height rows of row_stride bytes";
+    } else if (shape.itemsize == 2 && reinterpret_cast<uintptr_t>(pixels.buf) % 2 != 0) {
+      problem = "16-bit samples must be aligned";
+    }
+  }
+  const auto* data = static_cast<const uint8_t*>(pixels.buf);
+  PyObject* result = nullptr;
+  if (problem == nullptr) {
+    result = png_bytes(shape, [&](uint8_t* out) {
+      return imgops::png::encode_image(shape, data, row_stride, filter, out);
+    });
+  }
+  PyBuffer_Release(&pixels);
+  if (problem != nullptr) PyErr_SetString(PyExc_ValueError, problem);
+  return result;
+}
+
+PyObject* png_encode_filtered(PyObject* /*self*/, PyObject* args) {
+  Py_buffer rows;
+  imgops::png::ImageShape shape{};
+  Py_ssize_t width = 0;
+  Py_ssize_t height = 0;
+  if (!PyArg_ParseTuple(args, "y*nnii:png_encode_filtered", &rows, &width, &height,
+                        &shape.channels, &shape.itemsize)) {
+    return nullptr;
+  }
+  shape.width = width;
+  shape.height = height;
+  const char* problem = check_png_shape(shape);
+  if (problem == nullptr && rows.len != shape.height * (shape.row_bytes() + 1)) {
+    problem = "rows must hold exactly height * (1 + row bytes) bytes";
+  }
+  const auto* data = static_cast<const uint8_t*>(rows.buf);
+  PyObject* result = nullptr;
+  if (problem == nullptr) {
+    result = png_bytes(shape, [&](uint8_t* out) {
+      return imgops::png::encode_filtered(shape, data, out);
+    });
+  }
+  PyBuffer_Release(&rows);
+  if (problem != nullptr) PyErr_SetString(PyExc_ValueError, problem);
+  return result;
+}
+
+PyObject* checksums(PyObject* /*self*/, PyObject* args) {
+  Py_buffer data;
+  if (!PyArg_ParseTuple(args, "y*:checksums", &data)) return nullptr;
+  const auto* p = static_cast<const uint8_t*>(data.buf);
+  const size_t n = static_cast<size_t>(data.len);
+  const uint32_t crc = imgops::png::crc32(0, p, n);
+  const uint32_t adler = imgops::png::adler32(1, p, n);
+  const uint32_t adler_scalar = imgops::png::adler32_scalar(1, p, n);
+  const uint32_t crc_tables = imgops::png::crc32_tables(0, p, n);
+  PyBuffer_Release(&data);
+  return Py_BuildValue("(kkkk)", static_cast<unsigned long>(crc),
+                       static_cast<unsigned long>(adler), static_cast<unsigned long>(adler_scalar),
+                       static_cast<unsigned long>(crc_tables));
+}
+
 PyMethodDef methods[] = {
     {"rgb_to_gray", rgb_to_gray, METH_VARARGS,
      "rgb_to_gray(src, dst, itemsize, bgr, isa='best'): exact BT.601 luma of the interleaved\n"
@@ -106,7 +225,17 @@ PyMethodDef methods[] = {
     {"png_filter_rows", png_filter_rows, METH_VARARGS,
      "png_filter_rows(rows, out, count, row_bytes, bpp, filter): PNG-filters rows[1..count]\n"
      "(rows[0] is the row above) into out, count rows of 1 + row_bytes bytes. filter: -1\n"
-     "adaptive (Sub, Up or Average per row), 0 None, 1 Sub, 2 Up, 3 Average."},
+     "adaptive (Sub, Up or Average per row), 0 None, 1 Sub, 2 Up, 3 Average, 4 Paeth."},
+    {"png_encode", png_encode, METH_VARARGS,
+     "png_encode(pixels, width, height, channels, itemsize, row_stride, filter) -> bytes: a\n"
+     "whole PNG file: rows filtered with `filter` (-1..4, as png_filter_rows), the row deflate.\n"
+     "16-bit samples in native byte order. Releases the GIL."},
+    {"png_encode_filtered", png_encode_filtered, METH_VARARGS,
+     "png_encode_filtered(rows, width, height, channels, itemsize) -> bytes: the PNG file of\n"
+     "rows already filtered (height rows of 1 + row bytes), the same deflate as png_encode."},
+    {"checksums", checksums, METH_VARARGS,
+     "checksums(data) -> (crc32, adler32, adler32 of the scalar loop, crc32 of the table loop),\n"
+     "for tests."},
     {nullptr, nullptr, 0, nullptr},
 };
 

@@ -5,7 +5,10 @@
     >>> imgops.rgb_to_gray(image).shape
     torch.Size([480, 640])
 
-Attributes are loaded lazily so that `import imgops` (and `imgops --help`) stays fast.
+Tensor ops (imgops.ops): rgb_to_gray, normalize_volume, bin, percentiles, value_histogram,
+png_filter. Whole files, the same code the command line runs: gray_file, normalize_file.
+Attributes are loaded lazily so that `import imgops` (and `imgops --help`) stays fast: torch is
+imported on first use of an op.
 """
 
 from __future__ import annotations
@@ -13,18 +16,33 @@ from __future__ import annotations
 from typing import Any
 
 __version__ = "0.1.0"
-__all__ = ["build_info", "normalize_volume", "rgb_to_gray", "value_histogram", "__version__"]
 
-_OPS = {"rgb_to_gray", "normalize_volume", "value_histogram"}
+# Each public name and the module that defines it, imported on first access.
+_LAZY = {
+    "bin": "ops",
+    "normalize_volume": "ops",
+    "percentiles": "ops",
+    "png_filter": "ops",
+    "rgb_to_gray": "ops",
+    "value_histogram": "ops",
+    "gray_file": "gray_files",
+    "normalize_file": "volume_files",
+    "build_info": "_extension",
+}
+
+__all__ = sorted(_LAZY) + ["__version__"]
 
 
 def __getattr__(name: str) -> Any:
-    if name in _OPS:
-        from . import ops
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'imgops' has no attribute {name!r}")
+    import importlib
 
-        return getattr(ops, name)
-    if name == "build_info":
-        from ._extension import build_info
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value  # later lookups skip __getattr__
+    return value
 
-        return build_info
-    raise AttributeError(f"module 'imgops' has no attribute {name!r}")
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -13,7 +13,8 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-# Architectures built when no GPU is visible and TORCH_CUDA_ARCH_LIST is unset.
+# Architectures built when CUDA is forced (FORCE_CUDA=1) with no GPU visible and no
+# TORCH_CUDA_ARCH_LIST: every architecture torch 2.10+ CUDA 13 wheels support, plus PTX.
 DEFAULT_CUDA_ARCHS = "7.5;8.0;8.6;8.9;9.0;10.0;12.0+PTX"
 BUILD_META_NAME = "_build_meta.json"
 
@@ -97,12 +98,97 @@ def plan_cuda(torch_cuda_version: str | None) -> CudaPlan:
     return CudaPlan(True, "", cuda_home, version)
 
 
+@dataclass(frozen=True)
+class BuildPlan:
+    """What one build compiles: CUDA kernels or not, for which architectures, and why."""
+
+    cuda: bool
+    archs: str  # the TORCH_CUDA_ARCH_LIST to compile for; "" when cuda is False
+    why: str  # one line for the build log and build_info()
+
+    def summary(self) -> str:
+        """The line printed before compiling."""
+        what = f"CPU + CUDA kernels for {self.archs}" if self.cuda else "CPU kernels only"
+        return f"imgops: building {what}: {self.why}"
+
+
+def visible_gpu_archs(torch_module) -> list[str]:
+    """The compute capabilities ("9.0") of the GPUs this process sees, sorted; [] without one."""
+    try:
+        if not torch_module.cuda.is_available():
+            return []
+        caps = {
+            torch_module.cuda.get_device_capability(i)
+            for i in range(torch_module.cuda.device_count())
+        }
+    except Exception:  # a broken driver counts as no GPU; the reason line says CPU only
+        return []
+    return [f"{major}.{minor}" for major, minor in sorted(caps)]
+
+
+def plan_build(
+    cuda: CudaPlan, *, force_cuda: bool, arch_list: str | None, visible_archs: list[str]
+) -> BuildPlan:
+    """Build only what is needed: an explicit arch list, else the visible GPUs, else CPU only.
+
+    With no GPU visible CUDA is built only when asked for: FORCE_CUDA=1 (for every supported
+    architecture, DEFAULT_CUDA_ARCHS) or an explicit TORCH_CUDA_ARCH_LIST.
+    """
+    arch_list = (arch_list or "").strip()
+    if not cuda.enabled:
+        return BuildPlan(False, "", cuda.reason)
+    if arch_list:
+        return BuildPlan(True, arch_list, f"TORCH_CUDA_ARCH_LIST={arch_list}")
+    if visible_archs:
+        gpus = ", ".join(f"sm_{a.replace('.', '')}" for a in visible_archs)
+        return BuildPlan(True, ";".join(visible_archs), f"the visible GPUs are {gpus}")
+    if force_cuda:
+        return BuildPlan(
+            True,
+            DEFAULT_CUDA_ARCHS,
+            "FORCE_CUDA=1 with no GPU visible and no TORCH_CUDA_ARCH_LIST: every supported "
+            "architecture",
+        )
+    return BuildPlan(
+        False,
+        "",
+        "no GPU is visible (FORCE_CUDA=1 or TORCH_CUDA_ARCH_LIST=... builds CUDA kernels anyway)",
+    )
+
+
 def source_files(csrc: Path, with_cuda: bool) -> list[str]:
     """The extension's sources under `csrc`, sorted; .cu files only when `with_cuda`."""
     files = [csrc / "ops.cpp", csrc / "checks.cpp", *sorted((csrc / "cpu").glob("*.cpp"))]
     if with_cuda:
         files += sorted((csrc / "cuda").glob("*.cu"))
     return [str(f) for f in files]
+
+
+# The stable-ABI prototype (csrc/stable/, imgops._C_stable) targets this torch and CPython:
+# one binary for torch >= 2.10 and CPython >= 3.10.
+STABLE_TARGET_TORCH = "0x020a000000000000"  # TORCH_TARGET_VERSION for 2.10
+
+
+def stable_source_files(csrc: Path, with_cuda: bool) -> list[str]:
+    """The stable-ABI prototype's sources (csrc/stable/), sorted; .cu only when `with_cuda`."""
+    files = sorted((csrc / "stable").glob("*.cpp"))
+    if with_cuda:
+        files += sorted((csrc / "stable").glob("*.cu"))
+    return [str(f) for f in files]
+
+
+def stable_compile_flags(with_cuda: bool, debug: bool = False) -> dict[str, list[str]]:
+    """Flags for the stable-ABI prototype: the target torch, the limited C API, no ATen."""
+    flags = compile_flags(with_cuda, debug)
+    stable = [
+        f"-DTORCH_TARGET_VERSION={STABLE_TARGET_TORCH}",
+        "-DTORCH_STABLE_ONLY",
+        *(["-DUSE_CUDA"] if with_cuda else []),
+    ]
+    return {
+        "cxx": [*flags["cxx"], *stable],
+        "nvcc": [*flags["nvcc"], *stable],
+    }
 
 
 def compile_flags(with_cuda: bool, debug: bool = False) -> dict[str, list[str]]:

@@ -93,19 +93,6 @@ def cache_root() -> Path:
     return Path(base) / "imgops" / "jit"
 
 
-def _cuda_archs(torch_module) -> str:
-    env = os.environ.get("TORCH_CUDA_ARCH_LIST")
-    if env:
-        return env
-    if torch_module.cuda.is_available():
-        caps = {
-            torch_module.cuda.get_device_capability(i)
-            for i in range(torch_module.cuda.device_count())
-        }
-        return ";".join(f"{major}.{minor}" for major, minor in sorted(caps))
-    return support.DEFAULT_CUDA_ARCHS
-
-
 def _build_key(torch_module, plan: support.CudaPlan, archs: str, sources: list[str]) -> str:
     digest = hashlib.sha256()
     for path in sources + sorted(str(p) for p in Path(sources[0]).parent.rglob("*.h*")):
@@ -141,12 +128,16 @@ def _build_just_in_time(reason: str) -> dict[str, Any]:
     import torch
 
     plan = support.plan_cuda(torch.version.cuda)
-    if plan.enabled and not torch.cuda.is_available():
-        plan = support.CudaPlan(
-            False, "no CUDA device is visible", plan.cuda_home, plan.nvcc_version
-        )
+    build = support.plan_build(
+        plan,
+        force_cuda=os.environ.get("FORCE_CUDA") == "1",
+        arch_list=os.environ.get("TORCH_CUDA_ARCH_LIST"),
+        visible_archs=support.visible_gpu_archs(torch) if plan.enabled else [],
+    )
+    if not build.cuda:
+        plan = support.CudaPlan(False, build.why, plan.cuda_home, plan.nvcc_version)
     try:
-        return _compile(torch, plan, reason)
+        return _compile(torch, plan, reason, build.archs)
     except Exception as error:
         if not plan.enabled or os.environ.get("FORCE_CUDA") == "1":
             raise ExtensionError(f"imgops: building the kernels failed: {error}") from error
@@ -155,13 +146,13 @@ def _build_just_in_time(reason: str) -> dict[str, Any]:
             file=sys.stderr,
         )
         cpu_plan = support.CudaPlan(False, f"the CUDA build failed: {error}", None, None)
-        return _compile(torch, cpu_plan, reason)
+        return _compile(torch, cpu_plan, reason, "")
 
 
-def _compile(torch_module, plan: support.CudaPlan, reason: str) -> dict[str, Any]:
+def _compile(torch_module, plan: support.CudaPlan, reason: str, archs: str) -> dict[str, Any]:
     csrc = _find_sources()
     sources = support.source_files(csrc, plan.enabled)
-    archs = _cuda_archs(torch_module) if plan.enabled else ""
+    archs = archs if plan.enabled else ""
     key = _build_key(torch_module, plan, archs, sources)
     build_dir = cache_root() / key
     cuda_home = plan.cuda_home or support.find_cuda_home()
@@ -175,10 +166,11 @@ def _compile(torch_module, plan: support.CudaPlan, reason: str) -> dict[str, Any
         cpp_extension.CUDA_HOME = plan.cuda_home  # read at import; we may come after that
     library = build_dir / "imgops_jit.so"
     if not library.exists():
-        what = "CPU+CUDA" if plan.enabled else "CPU"
+        what = f"CPU+CUDA kernels for {archs}" if plan.enabled else "CPU kernels"
+        why = "" if plan.enabled else f"; CPU only: {plan.reason}"
         print(
-            f"imgops: compiling the {what} kernels for torch {torch_module.__version__} "
-            f"({reason}); once, into {build_dir}",
+            f"imgops: compiling the {what} for torch {torch_module.__version__} "
+            f"({reason}{why}); once, into {build_dir}",
             file=sys.stderr,
             flush=True,
         )
@@ -208,6 +200,7 @@ def _compile(torch_module, plan: support.CudaPlan, reason: str) -> dict[str, Any
         "archs": archs,
         "mode": "just-in-time",
         "rebuild_reason": reason,
+        "build_plan": f"imgops: built the {what}",
         "path": str(library),
     }
 
@@ -242,5 +235,6 @@ def build_info() -> dict[str, Any]:
         if compiled["cuda_kernels"]
         else info.get("cuda_skipped_reason", ""),
         "rebuild_reason": info.get("rebuild_reason", ""),
+        "build_plan": info.get("build_plan", ""),
         "extension_path": info.get("path"),
     }

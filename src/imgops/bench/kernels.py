@@ -17,19 +17,13 @@ from typing import Any
 
 import torch
 
-from .. import ops, reference
+from .. import ops, registry  # noqa: F401  (ops: the module the registry calls into)
 
 _GIB = 1 << 30
 
 
-@dataclass(frozen=True)
-class Case:
-    """One workload: an op on inputs of one shape and dtype."""
-
-    op: str  # "rgb_to_gray" or "normalize_volume"
-    label: str
-    shape: tuple[int, ...]
-    dtype: torch.dtype
+# One workload: an op (a name in imgops.registry) on inputs of one shape and dtype.
+Case = registry.BenchCase
 
 
 @dataclass
@@ -87,36 +81,19 @@ class KernelReport:
 
 
 def cases(device: torch.device, quick: bool) -> list[Case]:
-    """The workloads for a device: modest on CPU, large on CUDA, tiny with --quick."""
-    u8, u16 = torch.uint8, torch.uint16
-    if quick:
-        return [
-            Case("rgb_to_gray", "256x256 RGB uint8", (256, 256, 3), u8),
-            Case("rgb_to_gray", "256x256 RGB uint16", (256, 256, 3), u16),
-            Case("rgb_to_gray", "batch 16x64x64 RGB uint8", (16, 64, 64, 3), u8),
-            Case("normalize_volume", "4x128x128 uint16 -> float32", (4, 128, 128), u16),
-        ]
-    if device.type == "cuda":
-        return [
-            Case("rgb_to_gray", "8192x8192 RGB uint8", (8192, 8192, 3), u8),
-            Case("rgb_to_gray", "8192x8192 RGB uint16", (8192, 8192, 3), u16),
-            Case("rgb_to_gray", "batch 2048x256x256 RGB uint8", (2048, 256, 256, 3), u8),
-            Case("normalize_volume", "256x1024x1024 uint16 -> float32", (256, 1024, 1024), u16),
-        ]
+    """Every registered op's workloads for a device: modest on CPU, large on CUDA, tiny with
+    --quick (imgops.registry)."""
     return [
-        Case("rgb_to_gray", "2048x2048 RGB uint8", (2048, 2048, 3), u8),
-        Case("rgb_to_gray", "2048x2048 RGB uint16", (2048, 2048, 3), u16),
-        Case("rgb_to_gray", "batch 64x256x256 RGB uint8", (64, 256, 256, 3), u8),
-        Case("normalize_volume", "32x512x512 uint16 -> float32", (32, 512, 512), u16),
+        case
+        for info in registry.OPS
+        if device.type in info.devices
+        for case in info.bench(device.type, quick)
     ]
 
 
 def _random(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device, seed: int):
     """Fresh random values over the dtype's whole range (seeded per buffer, never zeros)."""
-    generator = torch.Generator(device="cpu").manual_seed(seed)
-    high = 256 if dtype == torch.uint8 else 65536
-    values = torch.randint(0, high, shape, dtype=torch.int32, generator=generator)
-    return values.to(dtype).to(device)
+    return registry.random_tensor(shape, dtype, seed).to(device)
 
 
 def _buffer_count(nbytes: int, device: torch.device, quick: bool) -> int:
@@ -176,28 +153,32 @@ def copy_bandwidth(device: torch.device, settings: Settings) -> dict[str, float]
 
 def _implementations(case: Case, device: torch.device, settings: Settings) -> dict[str, Callable]:
     """name -> callable(input) for every implementation that applies to this case and device."""
-    if case.op == "rgb_to_gray":
-        impls: dict[str, Callable] = {
-            "imgops": ops.rgb_to_gray,
-            "torch eager": reference.rgb_to_gray_reference,
-        }
+    info = registry.BY_NAME[case.op]
+
+    def imgops_op(x):
+        return info.fn(x, *case.args, **case.kwargs)
+
+    impls: dict[str, Callable] = {"imgops": imgops_op}
+    baseline = info.baseline
+    if baseline is not None:
+
+        def eager(x):
+            return baseline(x, *case.args, **case.kwargs)
+
+        impls["torch eager"] = eager
         if settings.compile:
-            impls["torch.compile"] = torch.compile(reference.rgb_to_gray_reference, dynamic=False)
-        if device.type == "cpu" and len(case.shape) == 3:
-            impls["opencv"] = _opencv_gray
-        return impls
-    top = 4095.0  # 12-bit scanner data
-
-    def norm(volume):
-        return ops.normalize_volume(volume, top)
-
-    def norm_reference(volume):
-        return reference.normalize_volume_reference(volume, top)
-
-    impls = {"imgops": norm, "torch eager": norm_reference}
-    if settings.compile:
-        impls["torch.compile"] = torch.compile(norm_reference, dynamic=False)
+            impls["torch.compile"] = torch.compile(eager, dynamic=False)
+    if case.op == "rgb_to_gray" and device.type == "cpu" and len(case.shape) == 3:
+        impls["opencv"] = _opencv_gray
     return impls
+
+
+def _expected(case: Case, x: torch.Tensor) -> torch.Tensor:
+    """The reference result: the pure-torch baseline on the device, else the CPU reference."""
+    info = registry.BY_NAME[case.op]
+    if info.baseline is not None:
+        return info.baseline(x, *case.args, **case.kwargs)
+    return info.reference(x.cpu(), *case.args, **case.kwargs)
 
 
 def _opencv_gray(image: torch.Tensor) -> torch.Tensor:
@@ -235,11 +216,7 @@ def run_case(
     nbytes_in = math.prod(case.shape) * case.dtype.itemsize
     count = _buffer_count(nbytes_in, device, settings.quick)
     inputs = [_random(case.shape, case.dtype, device, seed=100 + i) for i in range(count)]
-    expected = (
-        reference.rgb_to_gray_reference(inputs[0])
-        if case.op == "rgb_to_gray"
-        else reference.normalize_volume_reference(inputs[0], 4095.0)
-    )
+    expected = _expected(case, inputs[0])
     moved = nbytes_in + expected.numel() * expected.element_size()
     results = []
     for impl, fn in _implementations(case, device, settings).items():

@@ -1,9 +1,19 @@
-"""Batch timings: `imgops gray` (a subprocess) against the OpenCV peer script on the same files.
+"""Batch timings: `imgops gray` on each device against an OpenCV process pool and two floors.
 
-Each tool runs as its own process, from start-up to exit (so imgops pays its torch import, as users
-do), into an empty output folder; runs alternate between tools, the inputs are read once first so
-every tool sees a warm page cache, and the median wall time over the repetitions is reported.
-Outputs are checked: every input gave an output, and the decoded gray images agree within 1.
+Every tool runs as its own process, from start-up to exit (imgops pays its imports and, on
+CUDA, torch and CUDA start-up, as users do), into an empty output folder. Runs alternate
+between tools, the inputs are read once first so every tool sees a warm page cache, and the
+median wall time over the repetitions is reported, with the output bytes.
+
+The floors bound what any tool could reach: OpenCV's decode alone over the same process pool,
+and nvImageCodec's batched GPU decode alone (steady state, its start-up excluded: the GPU
+decode floor). Outputs are checked: every input gave an output, and a few decoded outputs
+agree with imgops' CPU run within 1 (JPEG outputs: mean difference).
+
+Run as a module for the GPU decode floor alone, or the decode differences (luma of the GPU
+decode against the luma of OpenCV's decode, per file):
+    python -m imgops.bench.pipeline nvdecode LIST [--batch 64]
+    python -m imgops.bench.pipeline decodediff LIST
 """
 
 from __future__ import annotations
@@ -22,6 +32,7 @@ from typing import Any
 IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".tif", ".tiff", ".bmp", ".webp"}
 PEER_SCRIPT = Path(__file__).with_name("opencv_pool.py")
 _CHECK_FILES = 5  # outputs compared between tools per run
+CPU_REFERENCE = "imgops gray cpu"
 
 
 def image_files(folder: Path) -> list[Path]:
@@ -29,109 +40,144 @@ def image_files(folder: Path) -> list[Path]:
     return sorted(p for p in folder.iterdir() if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES)
 
 
-def _gray_supports(option: str) -> bool:
-    help_text = subprocess.run(
+def _gray_help() -> str:
+    return subprocess.run(
         [sys.executable, "-m", "imgops.cli", "gray", "--help"],
         capture_output=True,
         text=True,
         check=False,
     ).stdout
-    return option in help_text
 
 
-def _commands(
-    listing: Path, out: Path, device: str, png_level: int | None, stats: Path | None
-) -> dict[str, list[str]]:
+def cuda_present() -> bool:
+    """A GPU the CUDA driver sees (no torch import)."""
+    from ..engine.device import cuda_device_count
+
+    return cuda_device_count() > 0
+
+
+def _tools(
+    listing: Path,
+    out: Path,
+    devices: list[str],
+    *,
+    png_level: int | None,
+    jpg: bool,
+    stats: Path | None,
+    nvdecode: bool,
+    batch: int,
+) -> dict[str, dict[str, Any]]:
+    """name -> {"command", "out" (None: writes nothing), "fmt", "floor"} for one run."""
     jobs = str(os.cpu_count() or 1)
-    peer = [sys.executable, str(PEER_SCRIPT), "--files-from", str(listing), "-d"]
-    imgops = [sys.executable, "-m", "imgops.cli", "gray", "--files-from", str(listing)]
-    imgops += ["-d", str(out / "imgops"), "--device", device, "-q"]
-    if png_level is not None:
-        imgops += ["--png-level", str(png_level)]
-    if stats is not None:
-        imgops += ["--stats-json", str(stats)]
-    return {
-        "imgops gray": imgops,
-        f"opencv pool ({jobs} processes)": [*peer, str(out / "opencv-pool"), "--jobs", jobs],
-        "opencv sequential": [*peer, str(out / "opencv-seq"), "--jobs", "1"],
+    help_text = _gray_help()
+    peer = [sys.executable, str(PEER_SCRIPT), "--files-from", str(listing), "--jobs", jobs, "-d"]
+    tools: dict[str, dict[str, Any]] = {}
+    formats = ["png", "jpg"] if jpg else ["png"]
+    for fmt in formats:
+        for device in devices:
+            name = f"imgops gray {device}" + ("" if fmt == "png" else " jpg")
+            folder = out / name.replace(" ", "-")
+            command = [sys.executable, "-m", "imgops.cli", "gray", "--files-from", str(listing)]
+            command += ["-d", str(folder), "--device", device, "-q"]
+            if fmt == "jpg":
+                command += ["-f", "jpg"]
+            if png_level is not None and fmt == "png":
+                command += ["--png-level", str(png_level)]
+            if stats is not None and "--stats-json" in help_text:
+                command += ["--stats-json", str(stats.with_name(folder.name + ".json"))]
+            tools[name] = {"command": command, "out": folder, "fmt": fmt, "floor": False}
+        name = f"opencv pool ({jobs} processes)" + ("" if fmt == "png" else " jpg")
+        folder = out / f"opencv-pool-{fmt}"
+        tools[name] = {
+            "command": [*peer, str(folder), "--format", fmt],
+            "out": folder,
+            "fmt": fmt,
+            "floor": False,
+        }
+    tools[f"floor: opencv decode ({jobs} processes)"] = {
+        "command": [*peer, str(out / "decode-only"), "--decode-only"],
+        "out": None,
+        "fmt": None,
+        "floor": True,
     }
+    if nvdecode:
+        tools[f"floor: nvImageCodec GPU decode (batch {batch})"] = {
+            "command": [sys.executable, "-m", "imgops.bench.pipeline", "nvdecode", str(listing)]
+            + ["--batch", str(batch)],
+            "out": None,
+            "fmt": None,
+            "floor": True,
+            "inner": True,  # reports its own steady-state seconds
+        }
+    return tools
 
 
-def _output_bytes(folder: Path) -> tuple[int, int]:
-    files = [p for p in folder.rglob("*") if p.is_file()] if folder.exists() else []
+def _output_bytes(folder: Path | None) -> tuple[int, int]:
+    if folder is None or not folder.exists():
+        return 0, 0
+    files = [p for p in folder.rglob("*") if p.is_file()]
     return len(files), sum(p.stat().st_size for p in files)
 
 
 def _compare(ours: Path, theirs: Path, names: list[str]) -> str:
-    """Decodes a few outputs of two tools; 'max diff N over K files' (N <= 1 expected)."""
+    """Decodes a few outputs of two tools: 'max diff N, mean M over K files'."""
     import cv2
     import numpy as np
 
-    worst, compared = 0, 0
+    worst, total, compared = 0, 0.0, 0
     for name in names[:_CHECK_FILES]:
         a = cv2.imread(str(ours / name), cv2.IMREAD_UNCHANGED)
         b = cv2.imread(str(theirs / name), cv2.IMREAD_UNCHANGED)
         if a is None or b is None or a.shape != b.shape:
             return f"MISMATCH in {name}"
-        worst = max(worst, int(np.abs(a.astype(np.int64) - b.astype(np.int64)).max()))
-        compared += 1
-    return f"max diff {worst} over {compared} files"
+        diff = np.abs(a.astype(np.int64) - b.astype(np.int64))
+        worst, total, compared = (
+            max(worst, int(diff.max())),
+            total + float(diff.mean()),
+            compared + 1,
+        )
+    return f"max diff {worst}, mean {total / max(1, compared):.4f} over {compared} files"
 
 
 def run_pipeline(
     folder: Path,
     *,
     reps: int = 3,
-    device: str = "auto",
+    device: str = "all",
     png_level: int | None = None,
+    jpg: bool = False,
+    nvdecode: bool | None = None,
+    batch: int = 64,
     work_dir: Path | None = None,
 ) -> dict[str, Any]:
-    """Times imgops gray and the OpenCV peer (pool and sequential) on every image in `folder`."""
+    """Times imgops gray (cpu, and cuda when present), the OpenCV pool and the decode floors.
+
+    `device`: "all" (cpu, and cuda where a GPU is visible), or one `--device` value.
+    `jpg`: also time JPEG output (imgops `-f jpg` against the pool writing JPEGs).
+    `nvdecode`: time the nvImageCodec decode floor (default: where a GPU is visible).
+    """
     files = image_files(folder)
     if not files:
         raise ValueError(f"{folder}: no image files ({', '.join(sorted(IMAGE_SUFFIXES))})")
+    gpu = cuda_present()
+    devices = (["cpu", "cuda"] if gpu else ["cpu"]) if device == "all" else [device]
+    nvdecode = gpu if nvdecode is None else nvdecode
     root = Path(tempfile.mkdtemp(prefix="imgops-bench-", dir=work_dir))
     try:
         listing = root / "inputs.txt"
         listing.write_text("".join(f"{p.resolve()}\n" for p in files), encoding="utf-8")
         input_bytes = sum(len(p.read_bytes()) for p in files)  # also warms the page cache
-        stats_path = root / "stats.json" if _gray_supports("--stats-json") else None
-        commands = _commands(listing, root / "out", device, png_level, stats_path)
-        walls: dict[str, list[float]] = {tool: [] for tool in commands}
-        runs: dict[str, dict[str, Any]] = {tool: {"tool": tool} for tool in commands}
+        tools = _tools(
+            listing, root / "out", devices, png_level=png_level, jpg=jpg,
+            stats=root / "stats" / "x.json", nvdecode=nvdecode, batch=batch,
+        )  # fmt: skip
+        (root / "stats").mkdir()
+        walls: dict[str, list[float]] = {tool: [] for tool in tools}
+        runs: dict[str, dict[str, Any]] = {tool: {"tool": tool} for tool in tools}
         for _ in range(reps):
-            for tool, command in commands.items():
-                out = Path(command[command.index("-d") + 1])
-                shutil.rmtree(out, ignore_errors=True)
-                started = time.perf_counter()
-                done = subprocess.run(command, capture_output=True, text=True, check=False)
-                walls[tool].append(time.perf_counter() - started)
-                count, size = _output_bytes(out)
-                run = runs[tool]
-                run.update(outputs=count, output_bytes=size, returncode=done.returncode)
-                if done.returncode != 0 or count != len(files):
-                    message = (done.stderr.strip().splitlines() or ["no message"])[-1]
-                    run["error"] = (
-                        f"exit {done.returncode}, {count}/{len(files)} outputs: {message}"
-                    )
-                if tool == "imgops gray" and stats_path is not None and stats_path.exists():
-                    run["stages"] = _stage_shares(json.loads(stats_path.read_text()))
-        names = [p.stem + ".png" for p in files]
-        for tool, run in runs.items():
-            run["wall_s"] = statistics.median(walls[tool])
-            run["files_per_s"] = len(files) / run["wall_s"]
-            if run.get("error"):
-                run["wall_s"] = run["files_per_s"] = run["output_bytes"] = None
-            elif tool != "imgops gray" and not runs["imgops gray"].get("error"):
-                out = Path(commands[tool][commands[tool].index("-d") + 1])
-                run["check"] = _compare(root / "out" / "imgops", out, names)
-        base = runs["imgops gray"]["wall_s"]
-        for run in runs.values():
-            run["vs_imgops"] = run["wall_s"] / base if base and run["wall_s"] else None
-        if "stages" not in runs["imgops gray"]:
-            runs["imgops gray"]["stages_note"] = (
-                "imgops gray does not expose stage timings (no --stats-json option)"
-            )
+            for tool, spec in tools.items():
+                _run_once(tool, spec, runs[tool], walls[tool], len(files), root / "stats")
+        _finish(runs, walls, tools, files)
         return {
             "input_dir": str(folder),
             "files": len(files),
@@ -145,10 +191,220 @@ def run_pipeline(
         shutil.rmtree(root, ignore_errors=True)
 
 
+def _run_once(
+    tool: str, spec: dict[str, Any], run: dict[str, Any], walls: list[float], count: int,
+    stats_dir: Path,
+) -> None:  # fmt: skip
+    out = spec["out"]
+    if out is not None:
+        shutil.rmtree(out, ignore_errors=True)
+    started = time.perf_counter()
+    done = subprocess.run(spec["command"], capture_output=True, text=True, check=False)
+    wall = time.perf_counter() - started
+    written, size = _output_bytes(out)
+    run.update(outputs=written, output_bytes=size if out is not None else None)
+    run["returncode"] = done.returncode
+    problem = done.returncode != 0 or (out is not None and written != count)
+    if spec.get("inner") and not problem:
+        try:
+            inner = json.loads(done.stdout.strip().splitlines()[-1])
+            wall = inner["seconds"]
+            run["note"] = f"{inner['decoded']}/{count} decoded on the GPU; start-up excluded"
+        except (ValueError, KeyError, IndexError):
+            problem = True
+    if problem:
+        message = (done.stderr.strip().splitlines() or ["no message"])[-1]
+        run["error"] = f"exit {done.returncode}, {written}/{count} outputs: {message}"
+    walls.append(wall)
+    if out is not None:
+        stats = stats_dir / (out.name + ".json")
+        if stats.exists():
+            run["stages"] = _stage_shares(json.loads(stats.read_text()))
+            run["decoders"] = json.loads(stats.read_text()).get("decoders")
+
+
+def _finish(
+    runs: dict[str, dict[str, Any]],
+    walls: dict[str, list[float]],
+    tools: dict[str, dict[str, Any]],
+    files: list[Path],
+) -> None:
+    """Medians, files/s, ratios to the OpenCV pool, and the output checks."""
+    for tool, run in runs.items():
+        run["wall_s"] = statistics.median(walls[tool])
+        run["files_per_s"] = len(files) / run["wall_s"] if run["wall_s"] else None
+        if run.get("error"):
+            run["wall_s"] = run["files_per_s"] = run["output_bytes"] = None
+    reference = runs.get(CPU_REFERENCE)
+    for tool, run in runs.items():
+        spec = tools[tool]
+        if spec["out"] is None or run.get("error") or tool == CPU_REFERENCE:
+            continue
+        if reference is None or reference.get("error"):
+            continue
+        names = [p.stem + "." + spec["fmt"] for p in files]
+        if spec["fmt"] == "jpg":
+            ref_dir = tools.get(f"{CPU_REFERENCE} jpg", {}).get("out")
+            if ref_dir is None or tool == f"{CPU_REFERENCE} jpg":
+                continue
+        else:
+            ref_dir = tools[CPU_REFERENCE]["out"]
+        run["check"] = _compare(ref_dir, spec["out"], names)
+    pools = [r for t, r in runs.items() if t.startswith("opencv pool") and "jpg" not in t]
+    pool_rate = pools[0]["files_per_s"] if pools else None
+    jpg_pools = [r for t, r in runs.items() if t.startswith("opencv pool") and "jpg" in t]
+    jpg_rate = jpg_pools[0]["files_per_s"] if jpg_pools else None
+    for tool, run in runs.items():
+        base = jpg_rate if tool.endswith("jpg") else pool_rate
+        rate = run["files_per_s"]
+        run["vs_pool"] = rate / base if rate and base else None
+
+
 def _stage_shares(stats: dict[str, Any]) -> dict[str, float]:
     """Share of each stage in the summed stage seconds, from imgops gray's --stats-json."""
     seconds = stats.get("stage_seconds", stats)
-    total = sum(v for v in seconds.values() if isinstance(v, (int, float)))
-    if not total:
-        return {}
-    return {k: v / total for k, v in seconds.items() if isinstance(v, (int, float))}
+    numbers = {k: v for k, v in seconds.items() if isinstance(v, (int, float)) and v > 0}
+    total = sum(numbers.values())
+    return {k: v / total for k, v in numbers.items()} if total else {}
+
+
+def run_crossover(
+    folder: Path, *, counts: tuple[int, ...] = (16, 32, 64, 128, 256, 512, 800), reps: int = 3,
+    work_dir: Path | None = None,
+) -> dict[str, Any]:  # fmt: skip
+    """Wall time of `imgops gray` on cpu and cuda for the first N files, for each N.
+
+    The crossover (for imgops.engine.device.CUDA_MIN_FILES) is the smallest N from which
+    CUDA finishes first at every larger N measured.
+    """
+    files = image_files(folder)
+    if not files:
+        raise ValueError(f"{folder}: no image files")
+    root = Path(tempfile.mkdtemp(prefix="imgops-crossover-", dir=work_dir))
+    rows = []
+    try:
+        for count in [n for n in counts if n <= len(files)]:
+            listing = root / f"inputs-{count}.txt"
+            listing.write_text("".join(f"{p.resolve()}\n" for p in files[:count]))
+            row: dict[str, Any] = {"files": count}
+            for device in ("cpu", "cuda"):
+                out = root / device
+                times = []
+                for _ in range(reps):
+                    shutil.rmtree(out, ignore_errors=True)
+                    command = [sys.executable, "-m", "imgops.cli", "gray", "--files-from"]
+                    command += [str(listing), "-d", str(out), "--device", device, "-q"]
+                    started = time.perf_counter()
+                    done = subprocess.run(command, capture_output=True, check=False)
+                    times.append(time.perf_counter() - started)
+                    if done.returncode != 0:
+                        row[f"{device}_error"] = done.stderr.decode(errors="replace")[-300:]
+                row[f"{device}_s"] = statistics.median(times)
+            rows.append(row)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    crossover = None
+    for index, row in enumerate(rows):
+        if all(r["cuda_s"] < r["cpu_s"] for r in rows[index:]):
+            crossover = row["files"]
+            break
+    return {"input_dir": str(folder), "reps": reps, "rows": rows, "crossover_files": crossover}
+
+
+def nvdecode_floor(paths: list[str], batch: int) -> dict[str, Any]:
+    """Seconds nvImageCodec takes to decode the files on the GPU, `batch` at a time.
+
+    The encoded bytes are read first; decoder creation and one warm-up batch are excluded.
+    """
+    from ..io.gpu_decode import BatchDecoder
+
+    data = [Path(p).read_bytes() for p in paths]
+    decoder = BatchDecoder(0)
+    limit = 1 << 30
+    candidates = [decoder.accept(d, limit) for d in data]
+    accepted = [c for c in candidates if c is not None]
+    import torch
+
+    stream = torch.cuda.Stream()
+    decoder.decode(accepted[:batch], stream.cuda_stream)  # warm-up
+    torch.cuda.synchronize()
+    decoded = 0
+    started = time.perf_counter()
+    for start in range(0, len(accepted), batch):
+        images = decoder.decode(accepted[start : start + batch], stream.cuda_stream)
+        decoded += sum(image is not None for image in images)
+        stream.synchronize()
+        del images
+    seconds = time.perf_counter() - started
+    return {"files": len(paths), "decoded": decoded, "seconds": seconds}
+
+
+def decode_differences(paths: list[str]) -> dict[str, Any]:
+    """Luma of nvImageCodec's GPU decode against the luma of OpenCV's decode, per file.
+
+    Both lumas are the exact BT.601 formula of the decoded pixels; returns the max and mean
+    absolute difference per file and over all, and the RGB max difference.
+    """
+    import numpy as np
+
+    from ..engine.ops import gray_numpy
+    from ..io.gpu_decode import BatchDecoder, as_tensor
+    from ..io.images import decode_image
+
+    decoder = BatchDecoder(0)
+    rows, worst_luma, worst_rgb, total, pixels = [], 0, 0, 0.0, 0
+    for path in paths:
+        data = Path(path).read_bytes()
+        candidate = decoder.accept(data, 1 << 30)
+        if candidate is None:
+            rows.append({"file": path, "gpu": False})
+            continue
+        (image,) = decoder.decode([candidate])
+        if image is None:
+            rows.append({"file": path, "gpu": False})
+            continue
+        gpu = as_tensor(image).cpu().numpy()
+        cpu = decode_image(data)
+        if candidate.gray:
+            gpu_luma, rgb_diff = gpu[..., 0], 0
+        else:
+            gpu_luma = gray_numpy(gpu, "rgb")
+            rgb_diff = int(np.abs(gpu.astype(int) - cpu.pixels[..., ::-1].astype(int)).max())
+        diff = np.abs(gpu_luma.astype(int) - gray_numpy(cpu.pixels, cpu.channel_order))
+        rows.append(
+            {"file": path, "gpu": True, "luma_max": int(diff.max()),
+             "luma_mean": float(diff.mean()), "rgb_max": rgb_diff}
+        )  # fmt: skip
+        worst_luma, worst_rgb = max(worst_luma, int(diff.max())), max(worst_rgb, rgb_diff)
+        total, pixels = total + float(diff.sum()), pixels + diff.size
+    return {
+        "files": len(paths),
+        "compared": sum(1 for r in rows if r["gpu"]),
+        "luma_max": worst_luma,
+        "luma_mean": total / pixels if pixels else None,
+        "rgb_max": worst_rgb,
+        "per_file": rows,
+    }
+
+
+def _main(argv: list[str]) -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m imgops.bench.pipeline")
+    sub = parser.add_subparsers(dest="what", required=True)
+    floor = sub.add_parser("nvdecode", help="the nvImageCodec GPU decode floor")
+    floor.add_argument("listing", type=Path)
+    floor.add_argument("--batch", type=int, default=64)
+    diff = sub.add_parser("decodediff", help="GPU decode vs OpenCV decode, luma differences")
+    diff.add_argument("listing", type=Path)
+    args = parser.parse_args(argv)
+    paths = [line for line in args.listing.read_text().splitlines() if line.strip()]
+    if args.what == "nvdecode":
+        print(json.dumps(nvdecode_floor(paths, args.batch)))
+    else:
+        print(json.dumps(decode_differences(paths), indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_main(sys.argv[1:]))

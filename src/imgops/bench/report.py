@@ -48,7 +48,7 @@ def kernel_table(report: dict[str, Any]) -> Table:
 
 
 def pipeline_table(report: dict[str, Any]) -> Table:
-    """One row per tool: wall time, files/s, output bytes, ratio to imgops, stage shares."""
+    """One row per tool: wall time, files/s, output bytes, ratio to the OpenCV pool, stages."""
     table = Table(
         title=f"{report['files']} files from {report['input_dir']} "
         f"({report['input_bytes']:,} bytes), {report['cpu_count']} CPUs, "
@@ -56,21 +56,40 @@ def pipeline_table(report: dict[str, Any]) -> Table:
         title_justify="left",
     )
     table.add_column("tool")
-    for column in ("wall s", "files/s", "output bytes", "x imgops time", "check"):
+    for column in ("wall s", "files/s", "output bytes", "x pool files/s", "check"):
         table.add_column(column, justify="right")
-    table.add_column("stages")
+    table.add_column("stages / notes")
     for run in report["runs"]:
         stages = run.get("stages") or {}
-        shares = ", ".join(f"{name} {share:.0%}" for name, share in stages.items()) or "-"
+        notes = ", ".join(f"{name} {share:.0%}" for name, share in stages.items())
+        if run.get("decoders"):
+            notes += f"; decoders {run['decoders']}"
+        if run.get("note"):
+            notes += run["note"]
         table.add_row(
             run["tool"],
             _num(run["wall_s"], ".2f"),
             _num(run["files_per_s"], ".1f"),
-            "-" if run["output_bytes"] is None else f"{run['output_bytes']:,}",
-            _num(run.get("vs_imgops"), ".2f"),
+            "-" if run.get("output_bytes") is None else f"{run['output_bytes']:,}",
+            _num(run.get("vs_pool"), ".2f"),
             run.get("check") or (f"[red]{run['error']}[/red]" if run.get("error") else ""),
-            shares,
+            notes or "-",
         )
+    return table
+
+
+def crossover_table(report: dict[str, Any]) -> Table:
+    """One row per batch size: imgops gray wall seconds on cpu and cuda, and which wins."""
+    table = Table(
+        title=f"imgops gray cpu vs cuda on the first N files of {report['input_dir']}, "
+        f"median of {report['reps']}; crossover: {report['crossover_files'] or 'not reached'}",
+        title_justify="left",
+    )
+    for column in ("files", "cpu s", "cuda s", "faster"):
+        table.add_column(column, justify="right")
+    for row in report["rows"]:
+        faster = "cuda" if row["cuda_s"] < row["cpu_s"] else "cpu"
+        table.add_row(str(row["files"]), f"{row['cpu_s']:.2f}", f"{row['cuda_s']:.2f}", faster)
     return table
 
 

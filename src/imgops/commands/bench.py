@@ -47,14 +47,31 @@ def _devices(choice: str) -> list:
     "pipeline_dir",
     type=click.Path(exists=True, file_okay=False, path_type=Path),
     metavar="DIR",
-    help="Instead: time `imgops gray` on the images in DIR against the OpenCV peer script.",
+    help="Instead: time `imgops gray` (cpu, and cuda with a GPU) on the images in DIR against "
+    "an OpenCV process pool, with the CPU and GPU decode floors.",
 )
 @click.option("--png-level", type=click.IntRange(0, 9), help="--png-level passed to imgops gray.")
 @click.option(
     "--gray-device",
-    default="auto",
+    default="all",
     show_default=True,
-    help="--device passed to imgops gray with --pipeline.",
+    help="With --pipeline: the --device values to time (all: cpu, and cuda with a GPU).",
+)
+@click.option("--jpg", is_flag=True, help="With --pipeline: also time JPEG output (-f jpg).")
+@click.option(
+    "--batch",
+    type=click.IntRange(min=1),
+    default=64,
+    show_default=True,
+    help="With --pipeline: files per nvImageCodec call for the GPU decode floor.",
+)
+@click.option(
+    "--crossover",
+    "crossover_dir",
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    metavar="DIR",
+    help="Instead: imgops gray cpu vs cuda on the first N files of DIR for growing N (the "
+    "batch size from which --device auto picks CUDA).",
 )
 @click.option(
     "--json", "as_json", is_flag=True, help="Print JSON (for machines) instead of tables."
@@ -69,6 +86,9 @@ def bench(
     pipeline_dir: Path | None,
     png_level: int | None,
     gray_device: str,
+    jpg: bool,
+    batch: int,
+    crossover_dir: Path | None,
     as_json: bool,
     quiet: bool,
 ) -> None:
@@ -79,19 +99,34 @@ def bench(
     read + written) and % of a plain copy measured in the same run. Each output is checked
     against the reference before it is timed.
 
-    Pipeline (--pipeline DIR): `imgops gray` over DIR's images against an OpenCV script with a
-    process pool over all cores, and the same script sequentially: wall time, files/s, output
-    bytes.
+    Pipeline (--pipeline DIR): `imgops gray` over DIR's images on the CPU and on CUDA (with a
+    GPU) against an OpenCV script with a process pool over all cores, and two floors: OpenCV's
+    decode alone in the same pool, and nvImageCodec's batched GPU decode alone. Wall time,
+    files/s, output bytes, the ratio to the pool.
 
     \b
     $ imgops bench
     $ imgops bench --device cuda --json > kernels.json
     $ imgops bench --quick --no-compile --device cpu
-    $ imgops bench --pipeline photos/ --reps 3
+    $ imgops bench --pipeline photos/ --reps 3 --jpg
+    $ imgops bench --crossover photos/
     """
-    from ..bench.report import kernel_table, pipeline_table, print_table
+    from ..bench.report import crossover_table, kernel_table, pipeline_table, print_table
 
     reporter = Reporter(quiet=quiet)
+    if crossover_dir is not None:
+        from ..bench.pipeline import run_crossover
+
+        reporter.info(f"imgops bench: cpu vs cuda over growing batches of {crossover_dir} ...")
+        try:
+            result = run_crossover(crossover_dir, reps=reps or (1 if quick else 3))
+        except ValueError as error:
+            raise click.BadParameter(str(error), param_hint="--crossover") from None
+        if as_json:
+            click.echo(json.dumps(result, indent=2))
+        else:
+            print_table(crossover_table(result))
+        return
     if pipeline_dir is not None:
         from ..bench.pipeline import run_pipeline
 
@@ -102,6 +137,8 @@ def bench(
                 reps=reps or (1 if quick else 3),
                 device=gray_device,
                 png_level=png_level,
+                jpg=jpg,
+                batch=batch,
             )
         except ValueError as error:
             raise click.BadParameter(str(error), param_hint="--pipeline") from None
@@ -109,9 +146,6 @@ def bench(
             click.echo(json.dumps(result, indent=2))
         else:
             print_table(pipeline_table(result))
-            note = result["runs"][0].get("stages_note")
-            if note:
-                reporter.info(f"note: {note}")
         return
 
     from ..bench.kernels import Settings, run_kernels

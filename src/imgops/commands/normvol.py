@@ -1,53 +1,56 @@
-"""`imgops normvol`: TIFF stacks to float32/float16 in [0, 1], streamed chunk by chunk."""
+"""`imgops normvol`: stacks to float32/float16, per channel, streamed chunk by chunk.
+
+The work is `imgops.volume_files.normalize_file`; this module parses options, plans the
+inputs and outputs, and reports (one line per file, warnings, the batch summary).
+"""
 
 from __future__ import annotations
 
 import math
-import traceback
-from dataclasses import dataclass
 from pathlib import Path
 
 import click
 
 from ..cli_common import (
-    Reporter,
     device_option,
+    files_from_option,
+    name_option,
+    null_option,
     overwrite_option,
+    planner_errors,
     quiet_option,
+    recursive_option,
     resolve_device,
     skip_existing_option,
     verbose_option,
 )
 from ..errors import FileError, ImgopsError
 
-_TYPE_RANGE = {"uint8": (0, 255), "uint16": (0, 65535), "int16": (-32768, 32767)}
-_TIFF_SUFFIXES = (".ome.tiff", ".ome.tif", ".tiff", ".tif")
+_TIFF_SUFFIXES = (".ome.tiff", ".ome.tif", ".tiff", ".tif", ".ome.zarr", ".zarr")
+_INPUT_SUFFIXES = (".tif", ".tiff")
+PER_HELP = (
+    "Statistics per channel (the default wherever the stack has a C axis), per time point, "
+    "per channel and time point, or one set for the whole stack."
+)
 
 
-@dataclass(frozen=True)
-class Bound:
-    """One end of the range: a number, the input type's limit (`dtype`) or the data's (`data`)."""
-
-    kind: str  # "number", "dtype" or "data"
-    value: float = 0.0
-
-    def describe(self) -> str:
-        return f"{self.value:g}" if self.kind == "number" else self.kind
-
-
-def _parse_bound(ctx: click.Context, param: click.Parameter, text: str | None) -> Bound | None:
+def _parse_bound(ctx: click.Context, param: click.Parameter, text: str | None):
+    """A number, 'dtype', 'data', or a comma list of numbers (one per channel)."""
     if text is None:
         return None
     word = text.strip().lower()
     if word in ("dtype", "data"):
-        return Bound(word)
+        return word
+    parts = [p.strip() for p in word.split(",")]
     try:
-        value = float(word)
+        values = [float(p) for p in parts]
     except ValueError:
-        raise click.BadParameter(f"expected a number, 'dtype' or 'data', got {text!r}") from None
-    if not math.isfinite(value):
+        raise click.BadParameter(
+            f"expected a number, 'dtype', 'data' or numbers per channel (a,b,...), got {text!r}"
+        ) from None
+    if not all(math.isfinite(v) for v in values):
         raise click.BadParameter(f"must be a finite number, got {text!r}")
-    return Bound("number", value)
+    return values[0] if len(values) == 1 else values
 
 
 def _check_percentiles(ctx: click.Context, param: click.Parameter, value):
@@ -65,68 +68,63 @@ def _positive(ctx: click.Context, param: click.Parameter, value: float) -> float
     return value
 
 
-def output_stem(path: Path) -> str:
-    """The input's name without its TIFF (and OME) suffix."""
+def split_name(path: Path) -> tuple[str, str]:
+    """(stem, suffix) with the OME part kept in the suffix: x.ome.tif -> (x, .ome.tif)."""
     name = path.name
     for suffix in _TIFF_SUFFIXES:
         if name.lower().endswith(suffix):
-            return name[: -len(suffix)]
-    return path.stem
+            return name[: -len(suffix)], name[-len(suffix) :]
+    return path.stem, path.suffix or ".tif"
+
+
+def output_stem(path: Path) -> str:
+    """The input's name without its TIFF (and OME) suffix."""
+    return split_name(path)[0]
 
 
 def output_for(path: Path, output: Path | None, directory: Path | None) -> Path:
-    """Where one input's result goes: -o, DIR/<stem>.tif, or <stem>_norm.tif beside the input."""
+    """Where one input's result goes: -o, DIR/<stem><suffix>, or <stem>_norm<suffix> beside
+    the input (`.ome.tif` stays `.ome.tif`)."""
     if output is not None:
         return output
+    stem, suffix = split_name(path)
+    if suffix.endswith(".zarr"):
+        suffix = ".ome.zarr"
     if directory is not None:
-        return directory / f"{output_stem(path)}.tif"
-    return path.with_name(f"{output_stem(path)}_norm.tif")
-
-
-def _same_file(a: Path, b: Path) -> bool:
-    try:
-        return a.exists() and b.exists() and a.samefile(b)
-    except OSError:
-        return False
-
-
-@dataclass
-class _Settings:
-    maximum: Bound | None
-    minimum: Bound | None
-    percentiles: tuple[float, float] | None
-    clip: bool
-    dtype: str
-    chunk_mb: float
-    overwrite: bool
+        return directory / f"{stem}{suffix}"
+    return path.with_name(f"{stem}_norm{suffix}")
 
 
 @click.command()
-@click.argument("inputs", nargs=-1, required=True, type=click.Path(path_type=Path))
-@click.option(
-    "-o", "--output", type=click.Path(path_type=Path, dir_okay=False), help="Output file."
-)
+@click.argument("inputs", nargs=-1, type=click.Path(path_type=Path))
+@click.option("-o", "--output", type=click.Path(path_type=Path), help="Output (.tif or .ome.zarr).")
 @click.option(
     "-d",
+    "--output-dir",
     "--dir",
     "directory",
     type=click.Path(path_type=Path, file_okay=False),
-    help="Write DIR/<stem>.tif for each input (created if missing).",
+    help="Write DIR/<name> for each input (created if missing).",
 )
+@recursive_option
+@files_from_option
+@null_option
+@name_option("{stem}_norm.tif", "{stem}.tif")
 @click.option(
     "--max",
     "maximum",
-    metavar="N|dtype|data",
+    metavar="N|dtype|data|N,N,..",
     callback=_parse_bound,
-    help="Value mapped to 1: a number, 'dtype' (the input type's max) or 'data' "
-    "(the data's max, the default; printed).",
+    help="Value mapped to 1: a number, 'dtype' (the integer type's max), 'data' (the group's "
+    "max, the default) or one number per channel.",
 )
 @click.option(
     "--min",
     "minimum",
-    metavar="N|dtype|data",
+    metavar="N|dtype|data|N,N,..",
     callback=_parse_bound,
-    help="Value mapped to 0: a number (default 0), 'dtype' or 'data'.",
+    help="Value mapped to 0. Default: 0 for unsigned integer stacks, 'data' (the group's min) "
+    "for signed and float stacks. The values used are printed.",
 )
 @click.option(
     "--percentile",
@@ -135,10 +133,20 @@ class _Settings:
     type=float,
     metavar="LO HI",
     callback=_check_percentiles,
-    help="Map the data's LO and HI percentiles to 0 and 1 (exact; numpy.percentile's "
-    "default 'linear' definition). Not with --min/--max.",
+    help="CSBDeep's normalize: map each group's exact LO and HI percentiles (numpy's definition) "
+    "to 0 and 1, (x - lo) / (hi - lo + eps) in float32. Not with --min/--max.",
 )
-@click.option("--clip", is_flag=True, help="Clamp the result to [0, 1].")
+@click.option(
+    "--per",
+    type=click.Choice(["channel", "time", "channel,time", "none"]),
+    default="channel",
+    show_default=True,
+    help=PER_HELP,
+)
+@click.option("--clip", is_flag=True, help="Clamp the result to [0, 1] (NaN stays NaN).")
+@click.option(
+    "--eps", type=float, default=1e-20, show_default=True, help="--percentile: CSBDeep's eps."
+)
 @click.option(
     "--dtype",
     type=click.Choice(["float32", "float16"]),
@@ -147,12 +155,38 @@ class _Settings:
     help="Output type (float16 halves the output; not for ImageJ readers).",
 )
 @click.option(
+    "--compress",
+    type=click.Choice(["auto", "none", "zlib", "zstd", "lzw", "blosc"]),
+    default="auto",
+    show_default=True,
+    help="TIFF: auto = zlib when the input was compressed, else none (both ImageJ-readable); "
+    "zstd is not read by ImageJ. Zarr: auto = zstd (level 1); blosc, zlib, none.",
+)
+@click.option(
+    "--predictor/--no-predictor",
+    default=None,
+    help="Floating-point predictor (default: with zstd only; ImageJ reads none).",
+)
+@click.option(
+    "--pyramid",
+    type=click.IntRange(1, 12),
+    default=None,
+    help="OME-Zarr: resolution levels (default: down to 256 pixels).",
+)
+@click.option(
+    "--ngff",
+    type=click.Choice(["0.5", "0.4"]),
+    default="0.5",
+    show_default=True,
+    help="OME-Zarr: NGFF version (0.5: Zarr v3; 0.4: Zarr v2).",
+)
+@click.option(
     "--chunk-mb",
     type=float,
     default=256,
     show_default=True,
     callback=_positive,
-    help="Memory for slice buffers in flight (host, and GPU on CUDA); chunks are whole slices.",
+    help="Memory for plane buffers in flight (host, and GPU on CUDA); chunks are whole planes.",
 )
 @device_option
 @overwrite_option
@@ -163,11 +197,21 @@ def normvol(
     inputs: tuple[Path, ...],
     output: Path | None,
     directory: Path | None,
-    maximum: Bound | None,
-    minimum: Bound | None,
-    percentiles: tuple[float, float] | None,
+    recursive: bool,
+    files_from,
+    null: bool,
+    name_template: str | None,
+    maximum,
+    minimum,
+    percentiles,
+    per: str,
     clip: bool,
+    eps: float,
     dtype: str,
+    compress: str,
+    predictor: bool | None,
+    pyramid: int | None,
+    ngff: str,
     chunk_mb: float,
     device: str,
     overwrite: bool,
@@ -175,255 +219,213 @@ def normvol(
     quiet: bool,
     verbose: bool,
 ) -> int:
-    """Normalise TIFF stacks: out = (x - min) / (max - min), streamed in chunks of whole slices.
+    """Normalise stacks: out = (x - min) / (max - min), per channel, streamed in chunks.
 
-    Reads uint8/uint16/int16 stacks (multi-page, ImageJ, OME, zlib; LZW etc. with
-    imagecodecs; 2-D images as one slice) of any size: memory stays about --chunk-mb.
-    Writes float32 (or float16) pages, BigTIFF past 4 GB, keeping axes, resolution and
-    ImageJ spacing. Default output: <stem>_norm.tif beside the input.
+    Reads TIFF stacks and hyperstacks (ImageJ, OME, multi-page; any tifffile codec; axes
+    T, Z, C, Y, X) of uint8/16, int16, uint32, int32, float16 or float32, of any size: memory
+    stays about --chunk-mb. Writes float32 (or float16) TIFF keeping axes, resolution,
+    ImageJ Info/Labels/ranges and OME-XML, or OME-Zarr (-o x.ome.zarr) with a pyramid.
+    Default output: <stem>_norm.tif (or .ome.tif) beside the input. NaN/inf are left out of
+    the statistics and written as they are. See docs/VOLUMES.md.
 
     \b
     $ imgops normvol scan.tif                      # max = the data's max (printed)
     $ imgops normvol scan.tif --max 4095 -o out.tif
-    $ imgops normvol scan.tif --max dtype --dtype float16
-    $ imgops normvol *.tif --percentile 1 99.8 --clip -d normalised/
+    $ imgops normvol cells.tif --percentile 1 99.8 --clip      # per channel, CSBDeep-style
+    $ imgops normvol scan.tif -o scan.ome.zarr
+    $ imgops normvol folder/ -r --percentile 1 99.8 -d normalised/
     """
     if output is not None and directory is not None:
-        raise click.UsageError("use -o/--output or -d/--dir, not both")
-    if output is not None and len(inputs) > 1:
-        raise click.UsageError("-o/--output takes one input; use -d/--dir for several")
+        raise click.UsageError("use -o/--output or -d/--output-dir, not both")
     if percentiles is not None and (maximum is not None or minimum is not None):
         raise click.UsageError("--percentile sets both ends; drop --min/--max")
-    if (
-        maximum is not None
-        and minimum is not None
-        and maximum.kind == minimum.kind == "number"
-        and maximum.value <= minimum.value
-    ):
+    if isinstance(maximum, float) and isinstance(minimum, float) and maximum <= minimum:
         raise click.BadParameter(
-            f"--max {maximum.value:g} must be greater than --min {minimum.value:g}",
+            f"--max {maximum:g} must be greater than --min {minimum:g}", param_hint="--max"
+        )
+    if isinstance(maximum, float) and minimum is None and maximum <= 0:
+        raise click.BadParameter(
+            f"--max {maximum:g} must be greater than --min (default 0 for unsigned stacks)",
             param_hint="--max",
         )
-    if maximum is not None and minimum is None and maximum.kind == "number" and maximum.value <= 0:
-        raise click.BadParameter(
-            f"--max {maximum.value:g} must be greater than --min (default 0)", param_hint="--max"
+    from ..report import Report
+
+    report = Report(quiet=quiet, verbose=verbose)
+    with planner_errors():
+        plan = plan_batch(
+            inputs,
+            output,
+            directory,
+            name_template,
+            files_from,
+            null,
+            recursive,
+            overwrite,
+            skip_existing,
         )
-    targets = [output_for(path, output, directory) for path in inputs]
-    _check_targets(inputs, targets)
-    reporter = Reporter(quiet=quiet, verbose=verbose)
-    settings = _Settings(
-        maximum=maximum or (None if percentiles else Bound("data")),
-        minimum=minimum or (None if percentiles else Bound("number", 0.0)),
-        percentiles=percentiles,
-        clip=clip,
-        dtype=dtype,
-        chunk_mb=chunk_mb,
-        overwrite=overwrite,
-    )
+    report.total = plan.total
     if not verbose:
         from ..io.volumes import quiet_tifffile
 
         quiet_tifffile()
     torch_device = resolve_device(device)
-    if directory is not None:
-        directory.mkdir(parents=True, exist_ok=True)
-    failures = done = skipped = 0
-    for path, target in zip(inputs, targets, strict=True):
-        if skip_existing and target.exists():
-            reporter.detail(f"{target}: exists, skipped")
-            skipped += 1
-            continue
-        try:
-            _normalise_one(path, target, settings, torch_device, reporter)
-            done += 1
-        except ImgopsError as error:
-            failures += 1
-            reporter.error(error.format_message())
-            if verbose:
-                traceback.print_exc()
-        except (MemoryError, RuntimeError) as error:
-            if not _out_of_memory(error):
-                raise
-            failures += 1
-            reporter.error(f"{path}: {_out_of_memory_advice(error, torch_device)}")
-            if verbose:
-                traceback.print_exc()
-        finally:
-            _release_device_memory(torch_device)
-    if len(inputs) > 1 or failures:
-        summary = f"normvol: {done} written, {skipped} skipped, {failures} failed"
-        if failures and quiet:
-            reporter.error(summary)
+    options = dict(
+        max=maximum if maximum is not None else "data",
+        min=minimum,
+        percentiles=percentiles,
+        per=per,
+        clip=clip,
+        eps=eps,
+        dtype=dtype,
+        compress=compress,
+        predictor=predictor,
+        pyramid=pyramid,
+        ngff=ngff,
+        chunk_mb=chunk_mb,
+        device=torch_device,
+        overwrite=overwrite,
+    )
+    run_plan(plan, report, lambda src, dst: _normalise_one(src, dst, options, report), "normvol")
+
+
+def plan_batch(
+    inputs, output, directory, name_template, files_from, null, recursive, overwrite,
+    skip_existing, *, default_name=None, zarr_output: bool = True,
+):  # fmt: skip
+    """The shared planner's Plan (imgops.planner) for a volume command; `.zarr` stores named as
+    inputs, and `-o x.ome.zarr` (a folder the planner would refuse), are planned here."""
+    from ..planner import NameRule as Rule
+    from ..planner import (
+        Plan,
+        Source,
+        Task,
+        collect_inputs,
+        make_output_folders,
+        plan_outputs,
+    )
+
+    names = [str(n) for n in inputs]
+    stores = [Path(n) for n in names if n.lower().rstrip("/").endswith(".zarr")]
+    names = [n for n in names if not n.lower().rstrip("/").endswith(".zarr")]
+    sources = collect_inputs(
+        names,
+        recursive=recursive,
+        files_from=files_from,
+        null=null,
+        suffixes=_INPUT_SUFFIXES,
+        skip_dirs=[directory] if directory is not None else [],
+    )
+    sources.items.extend(Source(p) for p in stores)
+    if not sources.items and not sources.problems:
+        raise click.UsageError("no inputs (give files, folders, or --files-from)")
+    zarr_target = output is not None and str(output).lower().rstrip("/").endswith(".zarr")
+    if zarr_target and zarr_output:
+        if len(sources.items) + len(sources.problems) != 1:
+            raise click.UsageError("-o takes exactly one input; use -d DIR for several")
+        plan = Plan(problems=list(sources.problems))
+        target = Path(output)
+        if sources.items:
+            item = sources.items[0]
+            if item.path is not None and target.absolute() == item.path.absolute():
+                raise click.UsageError(f"-o {output} would overwrite its input")
+            if target.exists() and not overwrite and skip_existing:
+                from ..planner import Problem
+
+                plan.skipped.append(Problem(item.label, f"skipped, {target} exists"))
+                return plan
+            plan.tasks.append(Task(item, target))
+        return plan
+    if name_template is not None:
+        rule = Rule(name_template, "tif", stem=output_stem)
+    else:  # x.ome.tif -> x_norm.ome.tif; a .zarr input -> .ome.zarr beside
+        name = default_name or (lambda p: output_for(p, None, directory).name)
+        rule = Rule("{stem}", "", stem=name)
+    plan = plan_outputs(
+        sources,
+        rule=rule,
+        output=output,
+        output_dir=directory,
+        overwrite=overwrite,
+        skip_existing=skip_existing,
+    )
+    make_output_folders(plan)
+    return plan
+
+
+def run_plan(plan, report, work, command: str) -> None:
+    """Runs `work(source, target)` for every task; every failure is one line and the batch goes
+    on; Ctrl-C prints what was done. Exits with the Report's status."""
+    from ..io.atomic import remove_pending_temporaries
+
+    for problem in plan.problems:
+        report.fail(problem.label, problem.reason)
+    for entry in plan.skipped:
+        report.skip(entry.label, entry.reason)
+    for entry in plan.left_out:
+        report.detail(f"{entry.label}: {entry.reason}")
+    try:
+        for task in plan.tasks:
+            source = task.source.path
+            try:
+                result = work(source, task.target)
+                report.wrote(task.source.label, task.target)
+                report.info(result.summary())
+            except FileError as error:
+                report.fail(error.path, error.problem, error)
+            except ImgopsError as error:
+                report.fail(task.source.label, error.format_message(), error)
+            except MemoryError as error:
+                report.fail(task.source.label, "out of memory (try a smaller --chunk-mb)", error)
+            except Exception as error:  # torch.OutOfMemoryError after halving to one plane
+                if type(error).__name__ != "OutOfMemoryError":
+                    raise
+                report.fail(
+                    task.source.label,
+                    "out of GPU memory even with one plane per chunk "
+                    "(free GPU memory, or use --device cpu)",
+                    error,
+                )
+    except KeyboardInterrupt:
+        remove_pending_temporaries()
+        report.interrupted = True
+        report.error(report.interrupted_line())
+        raise click.exceptions.Exit(report.exit_code) from None
+    if plan.total > 1 or report.failures:
+        summary = f"{command}: {report.line()}"
+        if report.failures and report.quiet:
+            report.error(summary)
         else:
-            reporter.info(summary)
-    if failures:
-        raise click.exceptions.Exit(1)
-    return 0
+            report.info(summary)
+    if report.exit_code:
+        raise click.exceptions.Exit(report.exit_code)
+
+
+def _normalise_one(path: Path, target: Path, options: dict, reporter):
+    from ..volume_files import normalize_file
+
+    def message(kind: str, text: str) -> None:
+        if kind == "warning":
+            reporter.info(f"imgops: warning: {text}")
+        elif kind == "info":
+            reporter.info(text)
+        else:
+            reporter.detail(text)
+
+    return normalize_file(path, target, **options, on_message=message, progress=reporter.progress)
 
 
 def _smaller_chunks_on_gpu_oom(run, plan, path: Path, device, reporter):
-    """(run(plan), plan), halving the slices per chunk after each GPU out-of-memory error.
+    """(run(plan), plan) halving the chunk after GPU out-of-memory errors (CUDA only; kept for
+    callers of the old name: the engine's `run_with_smaller_chunks` is the one place)."""
+    from ..volume import run_with_smaller_chunks
 
-    Each try starts the pass over (the output of a failed try is discarded by atomic_output);
-    with one slice per chunk the error goes to the caller, which reports it.
-    """
-    import torch
+    if device.type != "cuda":
+        return run(plan), plan
 
-    while True:
-        try:
-            return run(plan), plan
-        except torch.OutOfMemoryError:
-            if device.type != "cuda" or plan.slices_per_chunk == 1:
-                raise
-        # Out of the except block: the failed try's device buffers are referenced only by the
-        # traceback's frames (a cycle through the recorded error); collect them, then hand the
-        # cached blocks back so the smaller try has the whole device.
-        _release_device_memory(device)
-        smaller = plan.halved()
+    def note(old, new) -> None:
         reporter.info(
-            f"{path}: out of GPU memory with {plan.slices_per_chunk} slices per chunk; "
-            f"retrying with {smaller.slices_per_chunk}"
+            f"{path}: out of GPU memory with {old.slices_per_chunk} slices per chunk; "
+            f"retrying with {new.slices_per_chunk}"
         )
-        plan = smaller
 
-
-def _out_of_memory_advice(error: BaseException, device) -> str:
-    import torch
-
-    if isinstance(error, torch.OutOfMemoryError):
-        return (
-            "out of GPU memory even with one slice per chunk (free GPU memory, or use --device cpu)"
-        )
-    return "out of memory (try a smaller --chunk-mb)"
-
-
-def _release_device_memory(device) -> None:
-    """Frees unreachable tensors and hands the cached blocks back to the driver (CUDA only)."""
-    if device.type == "cuda":
-        import gc
-
-        import torch
-
-        gc.collect()  # a failed stream leaves its buffers in a traceback cycle
-        torch.cuda.empty_cache()
-
-
-def _out_of_memory(error: BaseException) -> bool:
-    """Host or GPU allocation failures (torch reports both as RuntimeError subclasses)."""
-    text = str(error).lower()
-    return isinstance(error, MemoryError) or "out of memory" in text or "allocate" in text
-
-
-def _check_targets(inputs: tuple[Path, ...], targets: list[Path]) -> None:
-    seen: dict[Path, Path] = {}
-    for path, target in zip(inputs, targets, strict=True):
-        key = target.resolve()
-        if key in seen:
-            raise click.UsageError(f"{seen[key]} and {path} would both write {target}")
-        seen[key] = path
-        if key == path.resolve() or _same_file(path, target):
-            raise click.UsageError(f"{path}: the output would overwrite the input")
-
-
-def _resolve_bound(bound: Bound, end: str, dtype: str, stats) -> float:
-    if bound.kind == "number":
-        return bound.value
-    if bound.kind == "dtype":
-        low, high = _TYPE_RANGE[dtype]
-        return float(high if end == "max" else low)
-    return float(stats.maximum if end == "max" else stats.minimum)
-
-
-def _normalise_one(path: Path, target: Path, settings: _Settings, device, reporter) -> None:
-    from ..io.atomic import OutputExistsError, atomic_output, check_output_folder
-    from ..io.volumes import open_volume, write_volume
-    from ..volume import normalize_stream, plan_chunks, scan_volume
-
-    with open_volume(path) as reader:
-        info = reader.info
-        plan = plan_chunks(
-            info.shape,
-            info.dtype,
-            settings.dtype,
-            settings.chunk_mb,
-            pinned=device.type == "cuda",
-        )
-        reporter.detail(
-            f"{path}: {'x'.join(map(str, info.shape))} {info.dtype} ({info.axes}, "
-            f"{info.compression}, {info.read_mode} reads); {plan.chunk_count} chunks of "
-            f"{plan.slices_per_chunk} slices, {plan.buffer_bytes / 2**20:.0f} MiB of buffers, "
-            f"{device}"
-        )
-        if not settings.overwrite and target.exists():
-            raise FileError(target, "output exists (use --overwrite)")
-        try:
-            check_output_folder(target)
-        except OSError as error:
-            raise FileError(target, f"cannot write: {error.strerror}") from error
-        needs_scan = settings.percentiles is not None or "data" in (
-            settings.maximum.kind,
-            settings.minimum.kind,
-        )
-        stats = None
-        if needs_scan:
-
-            def scan(plan):
-                with reporter.progress(f"{path.name}: scanning", info.depth) as advance:
-                    return scan_volume(
-                        reader,
-                        plan,
-                        device,
-                        histogram=settings.percentiles is not None,
-                        on_progress=advance,
-                    )
-
-            stats, plan = _smaller_chunks_on_gpu_oom(scan, plan, path, device, reporter)
-        if settings.percentiles is not None:
-            low, high = (stats.percentile(q) for q in settings.percentiles)
-            lo_q, hi_q = settings.percentiles
-            reporter.info(
-                f"{path}: percentiles {lo_q:g}% = {low:.10g}, {hi_q:g}% = {high:.10g} "
-                f"(data {stats.minimum}..{stats.maximum})"
-            )
-        else:
-            high = _resolve_bound(settings.maximum, "max", info.dtype, stats)
-            low = _resolve_bound(settings.minimum, "min", info.dtype, stats)
-            if stats is not None:
-                reporter.info(f"{path}: data min {stats.minimum}, max {stats.maximum}")
-        if not high > low:
-            raise FileError(
-                path,
-                f"max {high:.10g} is not above min {low:.10g} "
-                "(a constant volume? set --max/--min explicitly)",
-            )
-        reporter.detail(f"{path}: normalising with min {low:.10g}, max {high:.10g}")
-
-        def normalise(plan):
-            with (
-                atomic_output(target, overwrite=settings.overwrite) as temp,
-                reporter.progress(path.name, info.depth) as advance,
-            ):
-                return normalize_stream(
-                    reader,
-                    lambda pages: write_volume(temp, pages, info, settings.dtype),
-                    plan,
-                    device,
-                    maximum=high,
-                    minimum=low,
-                    dtype=settings.dtype,
-                    clip=settings.clip,
-                    on_progress=advance,
-                )
-
-        try:
-            result, plan = _smaller_chunks_on_gpu_oom(normalise, plan, path, device, reporter)
-        except OutputExistsError as error:
-            raise FileError(target, "output exists (use --overwrite)") from error
-        except OSError as error:
-            # numpy's short writes (a full disk, a file size limit) carry no errno
-            problem = error.strerror or f"{error} (disk full?)"
-            raise FileError(target, f"cannot write: {problem}") from error
-        reporter.detail(
-            f"{target}: {result.slices} slices in {result.chunks} chunks, {result.seconds:.2f} s, "
-            f"peak buffers {result.peak_buffer_bytes / 2**20:.1f} MiB"
-        )
+    return run_with_smaller_chunks(run, plan, device, on_retry=note)

@@ -3,6 +3,13 @@
 A crash, a bad input, Ctrl-C or SIGTERM never leaves a half-written or clobbered file: the
 temporary files of this process are tracked and removed on error and by the signal handlers
 that imgops.cli installs (remove_pending_temporaries).
+
+Temporary names are `.<stem, at most 40 bytes>.imgops-tmp-<pid>-<8 hex><suffix>`: hidden, at
+most ~100 bytes whatever the target's name (a legal 255-byte name still gets a legal temporary
+name), recognisable, and carrying the writer's pid. A run killed with SIGKILL cannot remove its
+temporary files; the next run that writes into the same folder removes those of dead processes
+older than STALE_AFTER_SECONDS (remove_stale_temporaries), and `imgops doctor` can list them
+(stale_temporaries).
 """
 
 from __future__ import annotations
@@ -10,25 +17,117 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import re
 import secrets
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 TEMP_MARKER = ".imgops-tmp-"
+#: A dead process's temporary file is removed once it is this old (seconds since modified).
+STALE_AFTER_SECONDS = 600
+_STEM_BYTES = 40  # the part of the target's stem kept in a temporary name
+_SUFFIX_BYTES = 16  # longer suffixes are dropped (no encoder chooses by such a suffix)
+_TEMP_NAME = re.compile(r"^\..*\.imgops-tmp-(\d+)-[0-9a-f]{8}(\.[^.]*)?$", re.DOTALL)
 _pending: set[Path] = set()
 _pending_lock = threading.Lock()
+_swept: set[str] = set()
+_swept_lock = threading.Lock()
 
 
 class OutputExistsError(FileExistsError):
     """The output exists and overwriting was not asked for."""
 
 
+def _cut(text: str, limit: int) -> str:
+    """`text` cut to at most `limit` bytes of its file-system encoding, not inside a character."""
+    raw = os.fsencode(text)
+    if len(raw) <= limit:
+        return text
+    cut = raw[:limit]
+    if raw[limit] & 0xC0 == 0x80:  # cut inside a UTF-8 sequence: drop its leading bytes too
+        while cut and cut[-1] & 0xC0 == 0x80:
+            cut = cut[:-1]
+        if cut and cut[-1] >= 0xC0:
+            cut = cut[:-1]
+    return os.fsdecode(cut)
+
+
 def temporary_path_for(target: Path) -> Path:
-    """A hidden, unique name beside `target` that keeps its suffix (encoders choose by suffix)."""
-    return target.with_name(
-        f".{target.stem}{TEMP_MARKER}{os.getpid()}-{secrets.token_hex(4)}{target.suffix}"
-    )
+    """A hidden, unique name beside `target`, < 110 bytes, keeping a short suffix (encoders
+    choose by suffix) and the writer's pid (stale files of dead runs are found by it)."""
+    target = Path(target)
+    suffix = target.suffix if len(os.fsencode(target.suffix)) <= _SUFFIX_BYTES else ""
+    stem = _cut(target.name[: len(target.name) - len(suffix)], _STEM_BYTES)
+    return target.with_name(f".{stem}{TEMP_MARKER}{os.getpid()}-{secrets.token_hex(4)}{suffix}")
+
+
+def temporary_owner(path: Path) -> int | None:
+    """The pid in an imgops temporary file's name, or None if `path` is not one."""
+    match = _TEMP_NAME.match(Path(path).name)
+    return int(match.group(1)) if match else None
+
+
+def _process_alive(pid: int) -> bool:
+    if pid <= 0:
+        return True  # not a pid we can judge: leave it alone
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # EPERM: it exists, owned by someone else
+        return True
+    return True
+
+
+def stale_temporaries(
+    folder: str | os.PathLike[str], *, min_age_seconds: float = STALE_AFTER_SECONDS
+) -> list[Path]:
+    """imgops temporary files in `folder` (not recursive) whose writer process is gone and that
+    were last modified at least `min_age_seconds` ago (for doctor and the automatic clean-up)."""
+    now = time.time()
+    found: list[Path] = []
+    try:
+        entries = list(os.scandir(folder))
+    except OSError:
+        return found
+    for entry in entries:
+        if TEMP_MARKER not in entry.name:
+            continue
+        pid = temporary_owner(Path(entry.name))
+        if pid is None or pid == os.getpid() or _process_alive(pid):
+            continue
+        try:
+            info = entry.stat(follow_symlinks=False)
+        except OSError:
+            continue
+        if not entry.is_file(follow_symlinks=False) or now - info.st_mtime < min_age_seconds:
+            continue
+        found.append(Path(entry.path))
+    return sorted(found)
+
+
+def remove_stale_temporaries(
+    folder: str | os.PathLike[str], *, min_age_seconds: float = STALE_AFTER_SECONDS
+) -> list[Path]:
+    """Removes the stale temporaries of `folder` (see stale_temporaries); returns those removed."""
+    removed = []
+    for path in stale_temporaries(folder, min_age_seconds=min_age_seconds):
+        with contextlib.suppress(OSError):
+            path.unlink()
+            removed.append(path)
+    return removed
+
+
+def _sweep_once(folder: Path) -> None:
+    """Removes dead runs' temporaries from `folder` the first time this process writes there."""
+    key = os.path.abspath(folder)
+    with _swept_lock:
+        if key in _swept:
+            return
+        _swept.add(key)
+    remove_stale_temporaries(folder)
 
 
 def _fsync_file(path: Path) -> None:
@@ -93,6 +192,7 @@ def atomic_output(target: Path, *, overwrite: bool, durable: bool = True) -> Ite
     target = Path(target)
     if not overwrite and target.exists():
         raise OutputExistsError(f"{target}: output exists (use --overwrite)")
+    _sweep_once(target.parent)
     temp = temporary_path_for(target)
     with _pending_lock:
         _pending.add(temp)

@@ -12,10 +12,13 @@ from __future__ import annotations
 import os
 import re
 import struct
-from dataclasses import dataclass
-from pathlib import Path
+from dataclasses import dataclass, field
 
 import numpy as np
+
+from . import decoder_warnings
+from .image_headers import HeaderInfo, header_info, sniff_format
+from .inputs import MAX_INPUT_BYTES, read_input_bytes
 
 __all__ = [
     "DEFAULT_PNG_LEVEL",
@@ -23,6 +26,7 @@ __all__ = [
     "MAX_PIXELS_ENV",
     "PNG_ENCODERS",
     "DecodedImage",
+    "HeaderInfo",
     "ImageDecodeError",
     "ImageEncodeError",
     "decode_image",
@@ -32,7 +36,6 @@ __all__ = [
     "quiet_opencv",
     "read_image",
     "sniff_format",
-    "write_image",
 ]
 
 #: Output formats (the `--format` names) and the suffix each writes.
@@ -57,10 +60,21 @@ class ImageEncodeError(ValueError):
 
 @dataclass(frozen=True)
 class DecodedImage:
-    """A decoded image: `pixels` is (H, W) gray or (H, W, 3) in `channel_order`, uint8 or uint16."""
+    """A decoded image: `pixels` is (H, W) gray or (H, W, 3) in `channel_order`, uint8 or uint16.
+
+    `warnings`: one-line notes about this file for the report, e.g. "TIFF has 3 pages; page 0
+    was converted", or a libpng/libjpeg warning captured while it was decoded (see
+    imgops.io.decoder_warnings).
+    """
 
     pixels: np.ndarray
     channel_order: str | None  # "bgr" for colour images (OpenCV's order), None for gray
+    warnings: tuple[str, ...] = field(default=())
+
+    @property
+    def note(self) -> str | None:
+        """The warnings joined into one line ("; "), or None."""
+        return "; ".join(self.warnings) if self.warnings else None
 
     @property
     def is_gray(self) -> bool:
@@ -89,141 +103,31 @@ def quiet_opencv() -> None:
 
 
 def default_max_pixels() -> int:
-    """The decompression-bomb limit: $IMGOPS_MAX_IMAGE_PIXELS, else 2**28 pixels."""
-    value = os.environ.get(MAX_PIXELS_ENV, "").strip()
-    if value.isdigit() and int(value) > 0:
-        return int(value)
-    return _DEFAULT_MAX_PIXELS
+    """The decompression-bomb limit: $IMGOPS_MAX_IMAGE_PIXELS, else 2**28 pixels.
+
+    Raises:
+        ValueError: the variable is set but not a positive whole number (the message names it;
+            the CLI checks it once before any work and makes it a usage error).
+    """
+    raw = os.environ.get(MAX_PIXELS_ENV)
+    if raw is None or not raw.strip():
+        return _DEFAULT_MAX_PIXELS
+    value = raw.strip()
+    if not value.isdigit() or int(value) <= 0:
+        raise ValueError(f"{MAX_PIXELS_ENV} must be a positive whole number of pixels, got {raw!r}")
+    return int(value)
 
 
 # --------------------------------------------------------------------------------------------
 # Header sniffing: format and dimensions without decoding (decompression-bomb check).
 
 
-def sniff_format(data: bytes | memoryview) -> str | None:
-    """The container format from the magic bytes ("png", "jpeg", "tiff", ...), or None."""
-    head = bytes(data[:16])
-    if head.startswith(b"\x89PNG\r\n\x1a\n"):
-        return "png"
-    if head.startswith(b"\xff\xd8\xff"):
-        return "jpeg"
-    if head[:4] in (b"II*\x00", b"MM\x00*", b"II+\x00", b"MM\x00+"):
-        return "tiff"
-    if head.startswith(b"BM"):
-        return "bmp"
-    if head[:4] == b"RIFF" and head[8:12] == b"WEBP":
-        return "webp"
-    if head[:6] in (b"GIF87a", b"GIF89a"):
-        return "gif"
-    return None
-
-
 def image_dimensions(data: bytes | memoryview) -> tuple[int, int] | None:
-    """(width, height) read from the header of a PNG, JPEG, TIFF, BMP, WebP or GIF, else None.
+    """(width, height) of the image a decoder would produce, from the whole header of a PNG,
+    JPEG, TIFF (IFDs anywhere in the file), BMP, WebP, GIF or PNM; None if it cannot tell."""
+    info = header_info(data)
+    return None if info is None else (info.width, info.height)
 
-    Only the header is parsed; None also means "could not tell" (OpenCV's own limit then applies).
-    """
-    parser = _DIMENSION_PARSERS.get(sniff_format(data) or "")
-    if parser is None:
-        return None
-    try:
-        return parser(bytes(data[: 1 << 16]) if parser is not _jpeg_dimensions else data)
-    except (struct.error, IndexError, ValueError):
-        return None
-
-
-def _png_dimensions(data: bytes) -> tuple[int, int] | None:
-    if data[12:16] != b"IHDR":
-        return None
-    return struct.unpack(">II", data[16:24])
-
-
-def _jpeg_dimensions(data: bytes | memoryview) -> tuple[int, int] | None:
-    pos, end = 2, len(data)
-    while pos + 4 <= end:
-        if data[pos] != 0xFF:
-            return None
-        marker = data[pos + 1]
-        if marker == 0xFF:  # fill byte
-            pos += 1
-            continue
-        if 0xD0 <= marker <= 0xD9 or marker == 0x01:
-            pos += 2
-            continue
-        (length,) = struct.unpack(">H", bytes(data[pos + 2 : pos + 4]))
-        if 0xC0 <= marker <= 0xCF and marker not in (0xC4, 0xC8, 0xCC):  # SOFn
-            height, width = struct.unpack(">HH", bytes(data[pos + 5 : pos + 9]))
-            return width, height
-        if marker == 0xDA:  # start of scan before any frame header
-            return None
-        pos += 2 + length
-    return None
-
-
-def _tiff_dimensions(data: bytes) -> tuple[int, int] | None:
-    endian = "<" if data[:2] == b"II" else ">"
-    (version,) = struct.unpack(endian + "H", data[2:4])
-    if version == 42:
-        (offset,) = struct.unpack(endian + "I", data[4:8])
-        count_fmt, entry_fmt, entry_size, count_size, value_at = "H", "HHI", 12, 2, 8
-    else:  # BigTIFF
-        (offset,) = struct.unpack(endian + "Q", data[8:16])
-        count_fmt, entry_fmt, entry_size, count_size, value_at = "Q", "HHQ", 20, 8, 12
-    if offset + count_size > len(data):
-        return None  # first directory beyond the bytes we parse
-    (count,) = struct.unpack(endian + count_fmt, data[offset : offset + count_size])
-    found: dict[int, int] = {}
-    for i in range(min(count, 4096)):
-        at = offset + count_size + i * entry_size
-        tag, kind, _ = struct.unpack(endian + entry_fmt, data[at : at + value_at])
-        if tag in (256, 257):
-            value_fmt = {3: "H", 4: "I", 16: "Q"}.get(kind)
-            if value_fmt is None:
-                return None
-            size = struct.calcsize(value_fmt)
-            (found[tag],) = struct.unpack(
-                endian + value_fmt, data[at + value_at : at + value_at + size]
-            )
-    if 256 in found and 257 in found:
-        return found[256], found[257]
-    return None
-
-
-def _bmp_dimensions(data: bytes) -> tuple[int, int] | None:
-    (header_size,) = struct.unpack("<I", data[14:18])
-    if header_size == 12:  # BITMAPCOREHEADER
-        return struct.unpack("<HH", data[18:22])
-    width, height = struct.unpack("<ii", data[18:26])
-    return abs(width), abs(height)
-
-
-def _webp_dimensions(data: bytes) -> tuple[int, int] | None:
-    chunk = data[12:16]
-    if chunk == b"VP8X":
-        width = int.from_bytes(data[24:27], "little") + 1
-        height = int.from_bytes(data[27:30], "little") + 1
-        return width, height
-    if chunk == b"VP8L" and data[20] == 0x2F:
-        bits = int.from_bytes(data[21:25], "little")
-        return (bits & 0x3FFF) + 1, ((bits >> 14) & 0x3FFF) + 1
-    if chunk == b"VP8 " and data[23:26] == b"\x9d\x01\x2a":
-        width, height = struct.unpack("<HH", data[26:30])
-        return width & 0x3FFF, height & 0x3FFF
-    return None
-
-
-def _gif_dimensions(data: bytes) -> tuple[int, int] | None:
-    return struct.unpack("<HH", data[6:10])
-
-
-_DIMENSION_PARSERS = {
-    "png": _png_dimensions,
-    "jpeg": _jpeg_dimensions,
-    "tiff": _tiff_dimensions,
-    "bmp": _bmp_dimensions,
-    "webp": _webp_dimensions,
-    "gif": _gif_dimensions,
-}
 
 # --------------------------------------------------------------------------------------------
 # Structure checks: name the problem precisely (truncation) instead of "cannot decode".
@@ -288,9 +192,7 @@ def _jpeg_problem(data: bytes | memoryview) -> str | None:
 
 def read_image(path: str | os.PathLike[str], *, max_pixels: int | None = None) -> DecodedImage:
     """Reads and decodes an image file; see decode_image. OSError for unreadable files."""
-    with open(path, "rb") as handle:
-        data = handle.read()
-    return decode_image(data, max_pixels=max_pixels)
+    return decode_image(read_input_bytes(path), max_pixels=max_pixels)
 
 
 def decode_image(data: bytes | memoryview, *, max_pixels: int | None = None) -> DecodedImage:
@@ -306,39 +208,75 @@ def decode_image(data: bytes | memoryview, *, max_pixels: int | None = None) -> 
     """
     if len(data) == 0:
         raise ImageDecodeError("empty file (0 bytes)")
-    limit = default_max_pixels() if max_pixels is None else max_pixels
+    if len(data) > MAX_INPUT_BYTES:
+        raise ImageDecodeError(
+            f"data is {len(data) / (1 << 30):.1f} GiB; imgops decodes images of at most 2 GiB "
+            "(OpenCV's limit for one encoded image)"
+        )
+    try:
+        limit = default_max_pixels() if max_pixels is None else max_pixels
+    except ValueError as error:
+        raise ImageDecodeError(str(error)) from None
     kind = sniff_format(data)
-    size = image_dimensions(data)
-    if size is not None:
-        width, height = size
-        if width == 0 or height == 0:
-            raise ImageDecodeError(f"corrupt {kind.upper()}: header says {width}x{height} pixels")
-        if width * height > limit:
-            raise ImageDecodeError(
-                f"image is {width}x{height} ({width * height} pixels), over the limit of "
-                f"{limit} pixels (set {MAX_PIXELS_ENV} to raise it)"
-            )
+    info = header_info(data)
+    _check_size(kind, info, limit)
     if kind == "png":
         problem = _png_problem(data)
         if problem:
             raise ImageDecodeError(problem)
-    pixels = _imdecode(data, kind)
-    return _normalize(pixels)
+    notes = _page_notes(kind, info)
+    pixels, captured = _imdecode(data, kind)
+    image = _normalize(pixels)
+    warnings = notes + captured
+    if warnings:
+        image = DecodedImage(image.pixels, image.channel_order, warnings)
+    return image
 
 
-def _imdecode(data: bytes | memoryview, kind: str | None) -> np.ndarray:
+_LABELS = {"jpeg": "JPEG", "tiff": "TIFF", "webp": "WebP", "pnm": "PNM"}
+
+
+def _check_size(kind: str | None, info: HeaderInfo | None, limit: int) -> None:
+    """Refuses an image over `limit` pixels (or with an unreadable header) before decoding."""
+    label = _LABELS.get(kind or "", (kind or "").upper())
+    if info is None:
+        if kind is not None and kind != "pnm":  # a decoder would fail, or decode a bomb
+            raise ImageDecodeError(f"corrupt {label}: cannot read the image size from its header")
+        return
+    width, height = info.width, info.height
+    if width == 0 or height == 0:
+        raise ImageDecodeError(f"corrupt {label}: header says {width}x{height} pixels")
+    if width * height > limit:
+        raise ImageDecodeError(
+            f"image is {width}x{height} ({width * height} pixels), over the limit of "
+            f"{limit} pixels (set {MAX_PIXELS_ENV} to raise it)"
+        )
+
+
+def _page_notes(kind: str | None, info: HeaderInfo | None) -> tuple[str, ...]:
+    """The note for a multi-page TIFF: only page 0 is decoded (as OpenCV's imdecode does)."""
+    if kind != "tiff" or info is None or not info.pages or info.pages < 2:
+        return ()
+    count = f"at least {info.pages}" if info.pages_capped else str(info.pages)
+    return (f"TIFF has {count} pages; page 0 was converted, the others ignored",)
+
+
+def _imdecode(data: bytes | memoryview, kind: str | None) -> tuple[np.ndarray, tuple[str, ...]]:
+    """OpenCV's decode of `data`, and the library warnings it printed (when captured)."""
     cv2 = _cv2()
     buffer = np.frombuffer(data, dtype=np.uint8)
-    try:
-        pixels = cv2.imdecode(buffer, cv2.IMREAD_ANYDEPTH | cv2.IMREAD_ANYCOLOR)
-    except cv2.error as error:
-        text = str(error)
-        if "validateInputImageSize" in text or "pixels" in text.lower():
-            raise ImageDecodeError("image too large for OpenCV's pixel limit") from None
-        raise ImageDecodeError(f"cannot decode {kind or 'image'}: {_last_line(text)}") from None
+    flags = cv2.IMREAD_ANYDEPTH | cv2.IMREAD_ANYCOLOR
+    with decoder_warnings.capture(lambda: cv2.imdecode(buffer, flags)) as captured:
+        try:
+            pixels = cv2.imdecode(buffer, flags)
+        except cv2.error as error:
+            text = str(error)
+            if "validateInputImageSize" in text or "pixels" in text.lower():
+                raise ImageDecodeError("image too large for OpenCV's pixel limit") from None
+            raise ImageDecodeError(f"cannot decode {kind or 'image'}: {_last_line(text)}") from None
     if pixels is None or pixels.size == 0:
         raise ImageDecodeError(_diagnose(data, kind))
-    return pixels
+    return pixels, tuple(captured)
 
 
 def _diagnose(data: bytes | memoryview, kind: str | None) -> str:
@@ -457,16 +395,3 @@ def encode_image(
     if not ok:
         raise ImageEncodeError(f"{fmt} encoding failed")
     return encoded.tobytes()
-
-
-def write_image(
-    path: str | os.PathLike[str],
-    array: np.ndarray,
-    fmt: str = "png",
-    *,
-    png_level: int = DEFAULT_PNG_LEVEL,
-) -> int:
-    """Encodes `array` (see encode_image) and writes it to `path`; returns the bytes written."""
-    data = encode_image(array, fmt, png_level=png_level)
-    Path(path).write_bytes(data)
-    return len(data)

@@ -1,28 +1,181 @@
 """Reading inputs and writing to streams: the one place every command's bytes go through.
 
-`read_input_bytes` reads one input file whole; `write_stream` writes encoded bytes to an open
-binary stream (stdout). Both raise OSError naming the file or stream on any problem.
+- `check_input(path)`: is `path` something imgops may read (a readable regular file)? The
+  planner calls it for every input, so a FIFO, a device, a socket or a folder is one clear error
+  before any work, and nothing can hang.
+- `read_input_bytes(path)`: the whole content of one input file. It opens non-blocking (a FIFO
+  swapped in after planning cannot hang it), refuses anything but a regular file from the open
+  descriptor, bounds the size before reading (so /dev/zero or a 40 GB file cannot exhaust
+  memory) and reads exactly the size fstat reported, failing if the file grows or shrinks.
+- `write_stream(stream, data, name)`: writes encoded bytes to an open binary stream (stdout),
+  checking the count of every write() (raw unbuffered streams may write less: the rest is
+  written again; 0 bytes, EPIPE or ENOSPC are errors), so a full disk or a closed pipe is a
+  failure, never "1 written".
+
+All raise OSError with the file name and a one-line reason.
 """
 
 from __future__ import annotations
 
+import errno
+import os
+import select
+import stat
 from pathlib import Path
 from typing import IO
 
-__all__ = ["read_input_bytes", "write_stream"]
+__all__ = [
+    "MAX_INPUT_BYTES",
+    "check_input",
+    "describe_file_type",
+    "read_input_bytes",
+    "write_stream",
+]
+
+#: Default size bound of one input: OpenCV decodes buffers of at most 2**31 - 1 bytes.
+MAX_INPUT_BYTES = (1 << 31) - 1
+
+_OPEN_FLAGS = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_CLOEXEC", 0)
 
 
-def read_input_bytes(path: Path) -> bytes:
-    """The whole content of the input file `path`."""
-    if path.is_dir():
-        raise IsADirectoryError(21, "is a directory", str(path))
-    with open(path, "rb") as handle:
-        return handle.read()
+def describe_file_type(mode: int) -> str | None:
+    """Why a file of mode `mode` is no input ("is a FIFO (named pipe), ..."); None if regular."""
+    if stat.S_ISREG(mode):
+        return None
+    if stat.S_ISDIR(mode):
+        return "is a directory"
+    if stat.S_ISFIFO(mode):
+        return "is a FIFO (named pipe), not a regular file"
+    if stat.S_ISCHR(mode):
+        return "is a character device, not a regular file"
+    if stat.S_ISBLK(mode):
+        return "is a block device, not a regular file"
+    if stat.S_ISSOCK(mode):
+        return "is a socket, not a regular file"
+    return "is not a regular file"
+
+
+def _not_regular(mode: int, path: Path | str) -> OSError:
+    reason = describe_file_type(mode) or "is not a regular file"
+    code = errno.EISDIR if stat.S_ISDIR(mode) else errno.EINVAL
+    return OSError(code, reason, str(path))
+
+
+def _size_text(size: int) -> str:
+    if size >= 1 << 30:
+        return f"{size / (1 << 30):.1f} GiB"
+    return f"{size / (1 << 20):.1f} MiB"
+
+
+def check_input(path: str | os.PathLike[str]) -> os.stat_result:
+    """The stat of `path` if it is a readable regular file (symlinks followed); else OSError.
+
+    Never opens the file, so it cannot block. The OSError's strerror is a one-line reason
+    ("is a FIFO (named pipe), not a regular file", "broken symbolic link", "Permission denied").
+    """
+    name = os.fspath(path)
+    try:
+        info = os.stat(name)
+    except FileNotFoundError:
+        if os.path.islink(name):
+            raise FileNotFoundError(errno.ENOENT, "broken symbolic link", name) from None
+        raise
+    if not stat.S_ISREG(info.st_mode):
+        raise _not_regular(info.st_mode, name)
+    if not os.access(name, os.R_OK):
+        raise PermissionError(errno.EACCES, "Permission denied", name)
+    return info
+
+
+def read_input_bytes(path: str | os.PathLike[str], *, max_bytes: int | None = None) -> bytes:
+    """The whole content of the regular file `path`, at most `max_bytes` (default MAX_INPUT_BYTES).
+
+    Raises OSError (naming `path`) for a FIFO, device, socket or folder, a file over the bound
+    (checked before reading), and a file that grows or shrinks while it is read.
+    """
+    name = os.fspath(path)
+    limit = MAX_INPUT_BYTES if max_bytes is None else max_bytes
+    try:
+        fd = os.open(name, _OPEN_FLAGS)
+    except OSError as error:
+        if error.errno not in (errno.ENXIO, errno.EOPNOTSUPP):
+            raise
+        try:  # a socket, or a device without a driver: say what it is
+            mode = os.stat(name).st_mode
+        except OSError:
+            raise error from None
+        raise _not_regular(mode, name) from None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise _not_regular(info.st_mode, name)
+        size = info.st_size
+        if size > limit:
+            raise OSError(
+                errno.EFBIG,
+                f"file is {_size_text(size)} ({size} bytes), over imgops' limit of "
+                f"{_size_text(limit)} for one image",
+                name,
+            )
+        chunks: list[bytes] = []
+        remaining = size
+        while remaining > 0:
+            chunk = os.read(fd, remaining)
+            if not chunk:
+                raise OSError(
+                    errno.EIO, f"file shrank while being read ({size - remaining} of {size} bytes)",
+                    name,
+                )  # fmt: skip
+            chunks.append(chunk)
+            remaining -= len(chunk)
+        if os.read(fd, 1):
+            raise OSError(errno.EIO, f"file grew while being read (past {size} bytes)", name)
+    finally:
+        os.close(fd)
+    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+
+def _wait_writable(stream: IO[bytes], name: str) -> None:
+    """Blocks until a non-blocking stream can take bytes again (a raw write returned None)."""
+    try:
+        fd = stream.fileno()
+    except (AttributeError, OSError, ValueError):
+        raise OSError(errno.EAGAIN, "stream would block and cannot be waited on", name) from None
+    select.select([], [fd], [])
 
 
 def write_stream(stream: IO[bytes], data: bytes | memoryview, name: str = "<stdout>") -> None:
-    """Writes all of `data` to `stream` (named `name` in errors) and flushes it."""
-    written = stream.write(data)
-    if written is not None and written != len(data):
-        raise OSError(f"{name}: short write ({written} of {len(data)} bytes)")
-    stream.flush()
+    """Writes all of `data` to `stream` (named `name` in errors) and flushes it.
+
+    Short writes are continued; a write of 0 bytes, a closed pipe (EPIPE) or a full disk
+    (ENOSPC) raise OSError naming `name` with the count written so far.
+    """
+    view = memoryview(data).cast("B")
+    total, done = len(view), 0
+    try:
+        while done < total:
+            try:
+                written = stream.write(view[done:])
+            except BlockingIOError as error:  # buffered stream over a non-blocking descriptor
+                written = error.characters_written
+                if not written:
+                    _wait_writable(stream, name)
+                    continue
+            if written is None:  # raw stream, non-blocking descriptor, nothing taken
+                _wait_writable(stream, name)
+                continue
+            if written <= 0:
+                raise OSError(
+                    errno.EIO, f"write returned {written} after {done} of {total} bytes", name
+                )
+            done += written
+        stream.flush()
+    except BrokenPipeError:
+        raise OSError(
+            errno.EPIPE, f"the reader closed the pipe before all {total} bytes were written", name
+        ) from None
+    except OSError as error:
+        if error.filename is not None:
+            raise
+        reason = error.strerror or str(error)
+        raise OSError(error.errno, f"{reason} (wrote {done} of {total} bytes)", name) from None

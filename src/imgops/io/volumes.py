@@ -1,32 +1,38 @@
-"""TIFF stacks with tifffile: open, describe, read chunks of whole slices, write pages.
+"""TIFF stacks with tifffile: open, describe, read chunks of whole planes, write pages.
 
 Accepted input: plain multi-page TIFF, ImageJ hyperstacks, OME-TIFF and tifffile "shaped" files,
-uncompressed or compressed (zlib/deflate needs nothing more; LZW, JPEG, Zstd and the rest go
-through the optional `imagecodecs` package), tiled or stripped, and 2-D images (one slice).
-Every volume is seen as (Z, Y, X) with dtype uint8, uint16 or int16; anything else (float data,
-RGB, more than one axis beyond Y and X, pages of different shapes) is a `FileError` naming the file.
+with any codec tifffile reads (zlib/deflate/packbits built in; LZW, Zstd, JPEG, JPEG 2000,
+WebP, LERC, ... through `imagecodecs`, a dependency; `codec_status()` says which work), tiled or
+stripped, classic or BigTIFF, and 2-D images. Pixel types: uint8, uint16, int16, uint32, int32,
+float16, float32. Axes come from the ImageJ/OME/shaped metadata (`series.axes`): any of T, Z and
+C before Y and X (TZCYX, ZCYX, CZYX, ...; one unnamed leading axis counts as Z). Planar
+(separate) samples count as channels; interleaved RGB and other axes are refused. A file with
+several series of different shapes is refused; of one series, all its pages are the volume.
 
-Reading never loads the whole stack: `VolumeReader.read_into(start, out)` fills a caller-owned
-buffer with whole slices. Uncompressed contiguous data is read with positional reads straight
-into that buffer (one copy from the page cache, like a memory map, but the pages read do not stay
-resident in the process: a map's touched pages count in its RSS, which then grows with the
-file until the kernel reclaims them); everything else is decoded by tifffile a chunk of
-pages at a time, in parallel threads, straight into the buffer.
+Every volume is seen by the engine as N planes (Y, X) in file order (N = product of the axes
+before Y and X). Reading never loads the whole stack: `VolumeReader.read_into(start, out)`
+fills a caller-owned buffer with whole planes. Uncompressed contiguous data is read with
+positional reads straight into that buffer; compressed pages are decoded by tifffile, a chunk
+of pages at a time, in parallel threads, straight into the buffer; planar samples are read
+through `tifffile.aszarr`, plane by plane.
 
-Writing streams pages: `write_volume(target, pages, info, dtype)` hands tifffile a page iterator, so
-only the page being written is needed, and picks BigTIFF when the output can pass 4 GB.
+Writing streams pages: `write_volume(target, pages, info, dtype, ...)` hands tifffile a page
+iterator, so only the page being written is needed, and picks BigTIFF when the output can pass
+4 GB. The input's axes, resolution, ImageJ spacing/unit/Info/Labels/LUTs, display ranges and
+OME-XML (with the pixel type updated) are carried to the output; a 2-D input stays 2-D.
 """
 
 from __future__ import annotations
 
+import math
 import os
-import xml.etree.ElementTree as ET
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import FileError
+from .ome import ome_channel_names, ome_physical_sizes, ome_xml_for_output
 
 if TYPE_CHECKING:
     import numpy as np
@@ -34,9 +40,11 @@ if TYPE_CHECKING:
 __all__ = [
     "ACCEPTED_DTYPES",
     "CLASSIC_TIFF_LIMIT",
+    "COMPRESSIONS",
     "OUTPUT_DTYPES",
     "VolumeInfo",
     "VolumeReader",
+    "codec_status",
     "needs_bigtiff",
     "open_volume",
     "output_flavour",
@@ -44,27 +52,65 @@ __all__ = [
     "write_volume",
 ]
 
-ACCEPTED_DTYPES = ("uint8", "uint16", "int16")
+ACCEPTED_DTYPES = ("uint8", "uint16", "int16", "uint32", "int32", "float16", "float32")
 OUTPUT_DTYPES = ("float32", "float16")
+COMPRESSIONS = ("none", "zlib", "zstd", "lzw")
+# ImageJ 1.x reads uncompressed, deflate and LZW TIFF (not zstd).
+IMAGEJ_COMPRESSIONS = ("none", "zlib", "lzw")
 # tifffile's own threshold for switching to BigTIFF (4 GiB less 32 MiB of headroom for IFDs/tags).
 CLASSIC_TIFF_LIMIT = 2**32 - 2**25
 # Generous per-page allowance for an IFD, its tags and the strip offset/count arrays.
 _PAGE_OVERHEAD_BYTES = 4096
-# Axes a single leading (slice) axis may carry: tifffile names it Z, T, C, I or Q (unknown).
-_SLICE_AXES = "ZTCIQRHEVLP"
+KNOWN_AXES = "TZC"
 _BUILTIN_CODECS = {"NONE", "ADOBE_DEFLATE", "DEFLATE", "PACKBITS"}
 # Threads tifffile may use to decode the pages of one chunk.
 _DECODE_WORKERS = max(1, min(8, (os.cpu_count() or 1)))
+# ImageJ metadata carried to the output as it is (Ranges/min/max are remapped).
+_IMAGEJ_KEPT = ("Info", "Labels", "LUTs", "Properties", "finterval", "fps", "loop", "mode")
+# TIFF codecs named by tifffile and the imagecodecs codec that decodes each.
+_CODECS = {
+    "LZW": "LZW",
+    "ZSTD": "ZSTD",
+    "JPEG": "JPEG8",
+    "JPEG2000": "JPEG2K",
+    "JPEGXL": "JPEGXL",
+    "JPEGXR": "JPEGXR",
+    "LZMA": "LZMA",
+    "WEBP": "WEBP",
+    "PNG": "PNG",
+    "LERC": "LERC",
+    "DEFLATE": "ZLIB",
+    "ADOBE_DEFLATE": "ZLIB",
+    "PACKBITS": "PACKBITS",
+}
+
+
+def codec_status() -> dict[str, bool]:
+    """For `imgops doctor`: which TIFF codecs can be decoded here (name -> usable)."""
+    try:
+        import imagecodecs
+    except ImportError:
+        imagecodecs = None
+    status = {}
+    for tiff_name, codec in _CODECS.items():
+        if tiff_name in _BUILTIN_CODECS:
+            status[tiff_name] = True
+            continue
+        status[tiff_name] = bool(
+            imagecodecs is not None and getattr(getattr(imagecodecs, codec, None), "available", 0)
+        )
+    return status
 
 
 @dataclass(frozen=True)
 class VolumeInfo:
-    """What a stack is: shape (Z, Y, X), dtype and the metadata to carry to the output."""
+    """What a stack is: planes (N, Y, X), its axes and dtype, and the metadata to carry over."""
 
     path: Path
-    shape: tuple[int, int, int]
+    shape: tuple[int, int, int]  # (planes, Y, X): what the engine streams
     dtype: str
-    axes: str
+    axes: str  # every axis of the output, ending in YX ("YX" for a 2-D image)
+    sizes: tuple[int, ...]  # the length of each of `axes`
     compression: str
     contiguous_offset: int | None
     byteorder: str
@@ -74,16 +120,27 @@ class VolumeInfo:
     unit: str | None = None
     imagej: bool = False
     ome: bool = False
-    physical_sizes: dict[str, float] = field(default_factory=dict)
+    physical_sizes: dict[str, Any] = field(default_factory=dict)
+    imagej_extra: dict[str, Any] = field(default_factory=dict)  # Info, Labels, LUTs, ...
+    ranges: tuple[tuple[float, float], ...] | None = None  # display range per channel
+    ome_xml: str | None = None
+    channel_names: tuple[str, ...] = ()
+    planar: bool = False  # separate samples read as channels (through tifffile.aszarr)
+    source: str = "tiff"  # or "zarr"
 
     @property
     def depth(self) -> int:
-        """Number of slices (Z)."""
+        """Number of planes."""
         return self.shape[0]
 
     @property
+    def channels(self) -> int:
+        """Length of the C axis (1 without one)."""
+        return self.sizes[self.axes.index("C")] if "C" in self.axes else 1
+
+    @property
     def slice_bytes(self) -> int:
-        """Bytes of one slice in memory (input dtype)."""
+        """Bytes of one plane in memory (input dtype)."""
         return self.shape[1] * self.shape[2] * _itemsize(self.dtype)
 
     @property
@@ -93,7 +150,9 @@ class VolumeInfo:
 
     @property
     def read_mode(self) -> str:
-        """`direct` (positional reads of contiguous raw data) or `pages` (tifffile decodes)."""
+        """`direct` (positional reads of raw data), `pages` (tifffile decodes) or `zarr`."""
+        if self.planar or self.source == "zarr":
+            return "zarr"
         return "direct" if self.contiguous_offset is not None else "pages"
 
 
@@ -111,38 +170,7 @@ def _require_tifffile(path: Path):
     return tifffile
 
 
-def _codec_available(name: str) -> bool:
-    if name in _BUILTIN_CODECS:
-        return True
-    try:
-        import imagecodecs  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
-def _ome_physical_sizes(ome_xml: str | None) -> dict[str, float]:
-    """PhysicalSizeX/Y/Z (and their units) of the first OME Pixels element, if any."""
-    if not ome_xml:
-        return {}
-    try:
-        root = ET.fromstring(ome_xml)
-    except ET.ParseError:
-        return {}
-    for element in root.iter():
-        if element.tag.endswith("Pixels"):
-            sizes: dict[str, Any] = {}
-            for key, value in element.attrib.items():
-                if key.startswith("PhysicalSize"):
-                    try:
-                        sizes[key] = value if key.endswith("Unit") else float(value)
-                    except ValueError:
-                        continue
-            return sizes
-    return {}
-
-
-def _check_pages(path: Path, tif) -> None:
+def _check_series(path: Path, tif) -> None:
     if len(tif.series) <= 1:
         return
     first = tif.series[0]
@@ -154,37 +182,66 @@ def _check_pages(path: Path, tif) -> None:
                 f"pages of different shapes or types: page 0 is {_describe(first)}, "
                 f"page {where} is {_describe(other)}; a stack needs identical pages",
             )
-    raise FileError(path, f"holds {len(tif.series)} image series; normvol reads single stacks")
+    raise FileError(
+        path,
+        f"holds {len(tif.series)} image series; imgops reads files of one series "
+        "(split them, e.g. with tifffile or Fiji)",
+    )
 
 
 def _describe(series) -> str:
     return f"{'x'.join(str(n) for n in series.shape[-2:])} {series.dtype}"
 
 
-def _volume_shape(path: Path, shape: tuple[int, ...], axes: str) -> tuple[int, int, int]:
-    """(Z, Y, X) from the series shape; squeezes length-1 axes and rejects anything beyond Z."""
+def _plane_axes(path: Path, shape: tuple[int, ...], axes: str) -> tuple[str, tuple[int, ...], bool]:
+    """(axes, sizes, planar) of the volume: length-1 axes dropped, planar samples as C,
+    one unnamed leading axis as Z; refuses interleaved samples and unknown axes."""
+    planar = False
     if "S" in axes and shape[axes.index("S")] > 1:
         samples = shape[axes.index("S")]
-        raise FileError(path, f"has {samples} samples per pixel (RGB/colour); normvol needs gray")
-    kept = [(n, a) for n, a in zip(shape, axes, strict=True) if n > 1 or a in "YX"]
-    kept_axes = "".join(a for _, a in kept)
-    if not kept_axes.endswith("YX") or len(kept) > 3:
-        dims = "x".join(str(n) for n, _ in kept)
+        if not axes.endswith("SYX") or "C" in axes:
+            raise FileError(
+                path, f"has {samples} interleaved samples per pixel (RGB/colour); imgops needs gray"
+            )
+        planar = True
+        axes = axes.replace("S", "C")
+    kept = [(a, n) for a, n in zip(axes, shape, strict=True) if n > 1 or a in "YX"]
+    names = "".join(a for a, _ in kept)
+    if not names.endswith("YX"):
+        raise FileError(path, f"has axes {axes} (shape {shape}); the last two must be Y and X")
+    leading = names[:-2]
+    if len(leading) == 1 and leading in "QIRHELVP":
+        leading = "Z"
+    unknown = sorted({a for a in leading if a not in KNOWN_AXES})
+    if unknown or len(set(leading)) != len(leading):
+        dims = "x".join(str(n) for _, n in kept)
         raise FileError(
             path,
-            f"has shape {dims} (axes {kept_axes}); normvol reads 2-D images or 3-D stacks "
-            "with one axis beyond Y and X",
+            f"has axes {names} (shape {dims}); imgops knows T, Z and C before Y and X "
+            f"(unknown: {', '.join(unknown) or 'a repeated axis'})",
         )
-    if len(kept) == 2:
-        return (1, kept[0][0], kept[1][0])
-    return (kept[0][0], kept[1][0], kept[2][0])
+    return leading + "YX", tuple(n for _, n in kept), planar
 
 
-def _output_axes(axes: str, shape: tuple[int, ...]) -> str:
-    kept = "".join(a for n, a in zip(shape, axes, strict=True) if n > 1 or a in "YX")
-    if len(kept) == 2:
-        return "ZYX"
-    return ("Z" if kept[0] in "QI" else kept[0]) + "YX"
+def _check_ifd_chain(path: Path, tif, plane_pixels: int) -> None:
+    """The pixel limit, from every IFD of the file (not only the first page's header): a page
+    claiming more pixels than the limit, or more than the series' planes, is refused."""
+    from .images import MAX_PIXELS_ENV, default_max_pixels
+
+    limit = default_max_pixels()
+    for page in tif.pages:
+        if page is None:
+            continue
+        shape = getattr(page, "shape", ())
+        pixels = math.prod(shape) if shape else 0
+        samples = getattr(page, "samplesperpixel", 1) or 1
+        if pixels // max(1, samples) > limit or plane_pixels > limit:
+            width, height = (page.imagewidth, page.imagelength)
+            raise FileError(
+                path,
+                f"page {page.index} is {width}x{height} ({width * height} pixels), over the limit "
+                f"of {limit} pixels (set {MAX_PIXELS_ENV} to raise it)",
+            )
 
 
 def describe_volume(path: Path, tif) -> VolumeInfo:
@@ -193,34 +250,37 @@ def describe_volume(path: Path, tif) -> VolumeInfo:
 
     if not tif.series or not tif.pages:
         raise FileError(path, "holds no images")
-    _check_pages(path, tif)
+    _check_series(path, tif)
     series = tif.series[0]
     dtype = np.dtype(series.dtype)
-    if dtype.newbyteorder("=").name not in ACCEPTED_DTYPES:
-        raise FileError(
-            path, f"has {dtype.name} pixels; normvol reads {', '.join(ACCEPTED_DTYPES)} stacks"
-        )
-    shape = _volume_shape(path, tuple(series.shape), series.axes)
-    _check_declared_size(path, shape)
+    name = dtype.newbyteorder("=").name
+    if name not in ACCEPTED_DTYPES:
+        raise FileError(path, f"has {dtype.name} pixels; imgops reads {', '.join(ACCEPTED_DTYPES)}")
+    axes, sizes, planar = _plane_axes(path, tuple(series.shape), series.axes)
+    shape = (math.prod(sizes[:-2]), sizes[-2], sizes[-1])
+    _check_ifd_chain(path, tif, shape[1] * shape[2])
     page = series.keyframe
     compression = page.compression.name
-    if not _codec_available(compression):
+    if not codec_status().get(compression, compression in _BUILTIN_CODECS):
         raise FileError(
             path,
-            f"is {compression}-compressed; reading it needs the 'imagecodecs' package "
-            "(pip install imagecodecs)",
+            f"is {compression}-compressed and no installed codec decodes it "
+            "(imagecodecs lacks it: run `imgops doctor`)",
         )
-    offset = series.dataoffset if compression == "NONE" else None
+    offset = series.dataoffset if compression == "NONE" and not planar else None
     if offset is not None and not _contiguous_data_plausible(page, int(offset), shape, dtype):
         offset = None  # damaged offsets: let tifffile read page by page (and report the damage)
     resolution = tuple(float(v) for v in page.resolution) if page.resolution else None
     meta = tif.imagej_metadata or {}
     spacing = meta.get("spacing")
+    ome_xml = tif.ome_metadata if tif.is_ome else None
+    channels = sizes[axes.index("C")] if "C" in axes else 1
     return VolumeInfo(
         path=path,
         shape=shape,
-        dtype=dtype.newbyteorder("=").name,
-        axes=_output_axes(series.axes, tuple(series.shape)),
+        dtype=name,
+        axes=axes,
+        sizes=sizes,
         compression=compression,
         contiguous_offset=int(offset) if offset is not None else None,
         byteorder=tif.byteorder,
@@ -230,13 +290,28 @@ def describe_volume(path: Path, tif) -> VolumeInfo:
         unit=meta.get("unit"),
         imagej=bool(tif.is_imagej),
         ome=bool(tif.is_ome),
-        physical_sizes=_ome_physical_sizes(tif.ome_metadata) if tif.is_ome else {},
+        physical_sizes=ome_physical_sizes(ome_xml),
+        imagej_extra={k: meta[k] for k in _IMAGEJ_KEPT if k in meta},
+        ranges=_display_ranges(meta, channels),
+        ome_xml=ome_xml,
+        channel_names=tuple(ome_channel_names(ome_xml)),
+        planar=planar,
     )
+
+
+def _display_ranges(meta: dict, channels: int) -> tuple[tuple[float, float], ...] | None:
+    """ImageJ display ranges per channel (`Ranges`, or `min`/`max` for one channel)."""
+    ranges = meta.get("Ranges")
+    if ranges is not None and len(ranges) == 2 * channels:
+        return tuple((float(ranges[2 * c]), float(ranges[2 * c + 1])) for c in range(channels))
+    if channels == 1 and "min" in meta and "max" in meta:
+        return ((float(meta["min"]), float(meta["max"])),)
+    return None
 
 
 def _contiguous_data_plausible(page, offset: int, shape, dtype) -> bool:
     """The direct path reads shape's bytes from `offset`: only when the first page's strips
-    start there (past the header), are contiguous and hold one slice. (A file that ends early
+    start there (past the header), are contiguous and hold one plane. (A file that ends early
     is still read directly: the read then reports it as truncated.)"""
     slice_bytes = shape[1] * shape[2] * dtype.itemsize
     offsets, counts = tuple(page.dataoffsets), tuple(page.databytecounts)
@@ -245,21 +320,8 @@ def _contiguous_data_plausible(page, offset: int, shape, dtype) -> bool:
     return all(o + c == n for o, c, n in zip(offsets, counts, offsets[1:], strict=False))
 
 
-def _check_declared_size(path: Path, shape: tuple[int, int, int]) -> None:
-    """Refuses slices over the image pixel limit (a header claiming huge dimensions: a bomb)."""
-    from .images import MAX_PIXELS_ENV, default_max_pixels
-
-    pixels, limit = shape[1] * shape[2], default_max_pixels()
-    if pixels > limit:
-        raise FileError(
-            path,
-            f"slices are {shape[2]}x{shape[1]} ({pixels} pixels), over the limit of {limit} "
-            f"pixels (set {MAX_PIXELS_ENV} to raise it)",
-        )
-
-
 class VolumeReader:
-    """An open TIFF stack that reads whole slices into caller-owned buffers (a context manager)."""
+    """An open TIFF stack that reads whole planes into caller-owned buffers (a context manager)."""
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
@@ -274,10 +336,13 @@ class VolumeReader:
             raise FileError(self.path, "not a readable TIFF (out of memory parsing it)") from error
         except Exception as error:  # a damaged file can make the parser raise anything
             raise FileError(self.path, f"not a readable TIFF ({_reason(error)})") from error
+        self._fd = None
+        self._zarr = None
         try:
             self.info = describe_volume(self.path, self._tif)
             self._series = self._tif.series[0]
-            self._fd = os.open(self.path, os.O_RDONLY) if self.info.read_mode == "direct" else None
+            if self.info.read_mode == "direct":
+                self._fd = os.open(self.path, os.O_RDONLY)
         except BaseException as error:
             self._tif.close()
             if isinstance(error, FileError) or not isinstance(error, Exception):
@@ -295,27 +360,30 @@ class VolumeReader:
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
+        self._zarr = None
         self._tif.close()
 
     def read_into(self, start: int, out: np.ndarray) -> None:
-        """Fills `out` ((k, Y, X), the volume's dtype, contiguous) with slices start..start+k."""
+        """Fills `out` ((k, Y, X), the volume's dtype, contiguous) with planes start..start+k."""
         count = out.shape[0]
         if start < 0 or start + count > self.info.depth or out.shape[1:] != self.info.shape[1:]:
-            raise ValueError(f"slices {start}..{start + count} out of a {self.info.shape} stack")
+            raise ValueError(f"planes {start}..{start + count} out of a {self.info.shape} stack")
         try:
             if self._fd is not None:
                 self._read_direct(start, out)
+            elif self.info.planar:
+                self._read_zarr(start, out)
             else:
                 self._read_pages(start, out)
         except FileError:
             raise
         except Exception as error:  # damaged data can make the decoders raise anything
             raise FileError(
-                self.path, f"cannot read slices {start}..{start + count}: {_reason(error)}"
+                self.path, f"cannot read planes {start}..{start + count}: {_reason(error)}"
             ) from error
 
     def read(self, start: int, stop: int) -> np.ndarray:
-        """Slices start..stop as a new array (convenience; the engine uses read_into)."""
+        """Planes start..stop as a new array (convenience; the engine uses read_into)."""
         import numpy as np
 
         out = np.empty((stop - start, *self.info.shape[1:]), dtype=self.info.dtype)
@@ -341,6 +409,18 @@ class VolumeReader:
             key=range(start, start + out.shape[0]), series=0, out=out, maxworkers=_DECODE_WORKERS
         )
 
+    def _read_zarr(self, start: int, out: np.ndarray) -> None:
+        """Planar samples: each plane through tifffile's zarr view of the series."""
+        import numpy as np
+        import zarr
+
+        if self._zarr is None:
+            self._zarr = zarr.open(self._series.aszarr(), mode="r")
+        leading = tuple(self._series.shape[:-2])
+        for i in range(out.shape[0]):
+            index = tuple(int(v) for v in np.unravel_index(start + i, leading))
+            out[i] = self._zarr[index]
+
     def _check_strips(self, start: int, count: int) -> None:
         """Refuses pages whose data would come from the file header or from past its end
         (tifffile reads what the offsets say; a damaged offset would give wrong pixels)."""
@@ -354,7 +434,7 @@ class VolumeReader:
                 if length and (offset < 8 or offset + length > size):
                     raise FileError(
                         self.path,
-                        f"is damaged: slice {index} claims image data at bytes "
+                        f"is damaged: plane {index} claims image data at bytes "
                         f"{offset}..{offset + length} of a {size}-byte file",
                     )
 
@@ -388,10 +468,18 @@ def _native_byteorder() -> str:
 def open_volume(path: str | os.PathLike[str]) -> VolumeReader:
     """Opens a TIFF stack for chunked reading; raises FileError (naming the file) if unsupported.
 
+    A .zarr store (a Zarr array or an OME-Zarr image) opens as a `zarr_io.ZarrReader`.
+
     Example:
         >>> with open_volume("scan.tif") as reader:
         ...     first = reader.read(0, 4)
     """
+    from .zarr_io import is_zarr_path
+
+    if is_zarr_path(Path(path)):
+        from .zarr_io import ZarrReader
+
+        return ZarrReader(path)
     return VolumeReader(path)
 
 
@@ -400,39 +488,73 @@ def needs_bigtiff(data_bytes: int, pages: int) -> bool:
     return data_bytes + pages * _PAGE_OVERHEAD_BYTES > CLASSIC_TIFF_LIMIT
 
 
-def output_flavour(info: VolumeInfo, dtype: str, bigtiff: bool) -> str:
+def output_flavour(info: VolumeInfo, dtype: str, bigtiff: bool, compression: str = "none") -> str:
     """How to write the output: `imagej`, `ome` or `shaped` (tifffile's JSON description).
 
-    ImageJ input stays ImageJ when ImageJ can hold the result (float32, classic TIFF);
-    OME input stays OME for float32 (OME has no float16); everything else is shaped, which
-    keeps axes, spacing and unit in its JSON description.
+    ImageJ input stays ImageJ when ImageJ can read the result (float32, classic TIFF, no zstd);
+    OME input stays OME for float32 (OME has no float16) with its XML kept; everything else is
+    shaped, which keeps axes, spacing, unit, Info, Labels and ranges in its JSON description.
     """
-    if info.imagej and dtype == "float32" and not bigtiff:
+    imagej_type = dtype in ("float32", "uint8", "uint16")  # what ImageJ 1.x stacks hold
+    if info.imagej and imagej_type and not bigtiff and compression in IMAGEJ_COMPRESSIONS:
         return "imagej"
-    if info.ome and dtype == "float32":
+    if info.ome and dtype != "float16" and info.ome_xml:
         return "ome"
     return "shaped"
 
 
-def _write_options(info: VolumeInfo, dtype: str, flavour: str) -> dict[str, Any]:
-    options: dict[str, Any] = {"dtype": dtype, "shape": info.shape}
-    metadata: dict[str, Any] = {"axes": info.axes}
+def _write_options(
+    info: VolumeInfo, dtype: str, flavour: str, ranges, description: str | None
+) -> dict[str, Any]:
+    shape = info.sizes
+    options: dict[str, Any] = {"dtype": dtype, "shape": shape}
     if info.resolution:
         options["resolution"] = info.resolution
         if flavour != "imagej" and info.resolution_unit:
             options["resolutionunit"] = info.resolution_unit
-    if flavour == "ome":
-        metadata.update(info.physical_sizes)
-    else:
-        if info.spacing is not None:
-            metadata["spacing"] = info.spacing
-        if info.unit is not None:
-            metadata["unit"] = info.unit
-        if flavour == "shaped" and info.physical_sizes:
-            metadata.update(info.physical_sizes)
     if flavour != "imagej":
         options["photometric"] = "minisblack"
+    if flavour == "ome":
+        options["description"] = description
+        options["metadata"] = None
+        return options
+    metadata: dict[str, Any] = {"axes": info.axes}
+    if info.spacing is not None:
+        metadata["spacing"] = info.spacing
+    if info.unit is not None:
+        metadata["unit"] = info.unit
+    metadata.update(info.imagej_extra)
+    if ranges is not None:
+        flat = [float(v) for pair in ranges for v in pair]
+        if flavour == "imagej":
+            metadata["Ranges"] = tuple(flat)
+            if len(ranges) == 1:
+                metadata["min"], metadata["max"] = flat
+        else:
+            metadata["Ranges"] = flat
+    if flavour == "shaped":
+        metadata.update(info.physical_sizes)
+        if info.channel_names:
+            metadata["ChannelNames"] = list(info.channel_names)
+        if "LUTs" in metadata:
+            metadata["LUTs"] = [lut.tolist() for lut in metadata["LUTs"]]
     options["metadata"] = metadata
+    return options
+
+
+def compression_options(compression: str, dtype: str, predictor: bool | None) -> dict[str, Any]:
+    """tifffile's compression arguments for --compress (a float predictor where it helps:
+    by default with zstd; with zlib/lzw only when asked, since ImageJ reads no float predictor)."""
+    if compression not in COMPRESSIONS:
+        raise ValueError(f"compression must be one of {COMPRESSIONS}, got {compression!r}")
+    if compression == "none":
+        return {}
+    options: dict[str, Any] = {"compression": compression}
+    if compression == "zstd":
+        options["compressionargs"] = {"level": 1}
+    use_predictor = predictor if predictor is not None else compression == "zstd"
+    if use_predictor:
+        options["predictor"] = "floatingpoint" if dtype.startswith("float") else "horizontal"
     return options
 
 
@@ -441,34 +563,71 @@ def write_volume(
     pages: Iterable[np.ndarray],
     info: VolumeInfo,
     dtype: str = "float32",
+    *,
+    compression: str = "none",
+    predictor: bool | None = None,
+    ranges: tuple[tuple[float, float], ...] | None = None,
 ) -> str:
     """Writes `pages` (info.depth (Y, X) arrays of `dtype`) as one stack; returns the flavour.
 
     Pages are consumed one at a time, so memory stays one page (tifffile writes each as it comes).
-    Axes, resolution and ImageJ spacing/unit of `info` are carried over; BigTIFF when needed.
+    Axes, resolution, ImageJ spacing/unit/Info/Labels/LUTs, `ranges` (display range per channel)
+    and OME-XML of `info` are carried over; BigTIFF when needed.
     """
     import numpy as np
     import tifffile
 
-    if dtype not in OUTPUT_DTYPES:
-        raise ValueError(f"output dtype must be one of {OUTPUT_DTYPES}, got {dtype!r}")
+    if dtype not in OUTPUT_DTYPES + ACCEPTED_DTYPES:
+        raise ValueError(f"output dtype must be one of {ACCEPTED_DTYPES}, got {dtype!r}")
     data_bytes = info.depth * info.shape[1] * info.shape[2] * np.dtype(dtype).itemsize
     bigtiff = needs_bigtiff(data_bytes, info.depth)
-    flavour = output_flavour(info, dtype, bigtiff)
-    options = _write_options(info, dtype, flavour)
-    with tifffile.TiffWriter(
-        target, bigtiff=bigtiff, imagej=flavour == "imagej", ome=flavour == "ome"
-    ) as writer:
-        writer.write(_checked_pages(pages, info, dtype), **options)
+    flavour = output_flavour(info, dtype, bigtiff, compression)
+    description = None
+    if flavour == "ome":
+        description = ome_xml_for_output(
+            info.ome_xml,
+            dtype,
+            Path(target).name,
+            sizes=dict(zip(info.axes, info.sizes, strict=True)),
+            physical=info.physical_sizes,
+        )
+        if description is None:
+            flavour = "shaped"
+    options = _write_options(info, dtype, flavour, ranges, description)
+    options.update(compression_options(compression, dtype, predictor))
+    checked = _checked_pages(pages, info, dtype)
+    with tifffile.TiffWriter(target, bigtiff=bigtiff, imagej=flavour == "imagej") as writer:
+        writer.write(checked, **options)
+    if next(checked, None) is not None:  # tifffile stops after the last page: drain the source
+        raise ValueError(f"more than {info.depth} pages")
     return flavour
 
 
-def _checked_pages(pages: Iterable[np.ndarray], info: VolumeInfo, dtype: str) -> Iterator:
-    count = 0
-    for page in pages:
-        if page.shape != info.shape[1:] or page.dtype.name != dtype:
-            raise ValueError(f"page {count}: expected {info.shape[1:]} {dtype}, got {page.shape}")
-        count += 1
-        yield page
-    if count != info.depth:
-        raise ValueError(f"expected {info.depth} pages, got {count}")
+class _CheckedPages:
+    """Pages checked for shape, dtype and count. A plain iterator (no close()): tifffile closes
+    generators it has read enough of, and the source must still be run to its end."""
+
+    def __init__(self, pages: Iterable[np.ndarray], info: VolumeInfo, dtype: str) -> None:
+        self._pages, self._info, self._dtype, self.count = iter(pages), info, dtype, 0
+
+    def __iter__(self) -> _CheckedPages:
+        return self
+
+    def __next__(self) -> np.ndarray:
+        try:
+            page = next(self._pages)
+        except StopIteration:
+            if self.count != self._info.depth:
+                raise ValueError(f"expected {self._info.depth} pages, got {self.count}") from None
+            raise
+        if page.shape != self._info.shape[1:] or page.dtype.name != self._dtype:
+            raise ValueError(
+                f"page {self.count}: expected {self._info.shape[1:]} {self._dtype}, "
+                f"got {page.shape} {page.dtype}"
+            )
+        self.count += 1
+        return page
+
+
+def _checked_pages(pages: Iterable[np.ndarray], info: VolumeInfo, dtype: str) -> _CheckedPages:
+    return _CheckedPages(pages, info, dtype)

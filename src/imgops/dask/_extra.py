@@ -1,0 +1,41 @@
+"""The optional extra `imgops[dask]`: one check, one clear message when it is missing."""
+
+from __future__ import annotations
+
+import importlib
+from types import ModuleType
+
+from ..errors import ImgopsError
+
+EXTRA_HINT = "pip install 'imgops[dask]'"
+#: Import name -> distribution name, for the message.
+_PACKAGES = {
+    "dask": "dask",
+    "dask.array": "dask[array]",
+    "distributed": "distributed",
+    "zarr": "zarr",
+}
+
+
+class MissingDaskExtra(ImgopsError, ImportError):
+    """dask, distributed or zarr is not installed; names the extra that brings them (exit 1)."""
+
+
+def require_dask(*modules: str) -> list[ModuleType]:
+    """Imports `modules` (default: dask.array and distributed); raises MissingDaskExtra if absent.
+
+    Example:
+        >>> (da,) = require_dask("dask.array")
+    """
+    names = modules or ("dask.array", "distributed")
+    loaded = []
+    for name in names:
+        try:
+            loaded.append(importlib.import_module(name))
+        except ImportError as error:
+            package = _PACKAGES.get(name, name.split(".")[0])
+            raise MissingDaskExtra(
+                f"running on a Dask cluster needs the optional extra imgops[dask] "
+                f"({package} is not installed: {EXTRA_HINT})"
+            ) from error
+    return loaded

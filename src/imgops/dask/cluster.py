@@ -1,0 +1,203 @@
+"""`connect(spec)`: a Dask client for "local:N", "local-cuda" or "tcp://HOST:PORT".
+
+- "local:N" starts a `distributed.LocalCluster` of N worker processes (1 thread each unless
+  `threads_per_worker` says otherwise); "local" uses one worker per usable CPU.
+- "local-cuda" starts a `dask_cuda.LocalCUDACluster`: one worker per GPU, each pinned to its
+  device through CUDA_VISIBLE_DEVICES (so inside a worker the GPU is "cuda"/"cuda:0").
+- "tcp://HOST:PORT" (also tls:// and ucx://) joins a running scheduler; one that does not answer
+  within `timeout` seconds is a `SchedulerError` (one line, exit 1 in the CLI).
+
+Every process started here gets NCCL_NVLS_ENABLE=0, TORCH_SYMM_MEM_DISABLE_MULTICAST=1 and
+NVSHMEM_DISABLE_NVLS=1 (NVLink multicast stays off), inherited from this process and passed to
+the workers explicitly. Leaving the context closes the client and any cluster it started.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from ..errors import ImgopsError
+from ._extra import require_dask
+
+if TYPE_CHECKING:
+    import distributed
+
+__all__ = ["NO_MULTICAST_ENV", "SchedulerError", "SchedulerSpec", "connect", "parse_spec"]
+
+NO_MULTICAST_ENV = {
+    "NCCL_NVLS_ENABLE": "0",
+    "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
+    "NVSHMEM_DISABLE_NVLS": "1",
+}
+DEFAULT_TIMEOUT_S = 5.0
+_ADDRESS_SCHEMES = ("tcp://", "tls://", "ucx://")
+SPEC_HELP = "local:N (N worker processes here), local-cuda (one worker per GPU) or tcp://HOST:PORT"
+
+
+class SchedulerError(ImgopsError):
+    """The scheduler cannot be reached or the cluster cannot start (one line, exit 1)."""
+
+
+@dataclass(frozen=True)
+class SchedulerSpec:
+    """A parsed --scheduler value: kind "local", "local-cuda" or "address"."""
+
+    kind: str
+    workers: int | None = None
+    address: str | None = None
+
+    def describe(self) -> str:
+        """Human-readable form for messages."""
+        if self.kind == "local":
+            return f"local:{self.workers}" if self.workers else "local"
+        return self.address if self.kind == "address" else self.kind
+
+
+def parse_spec(spec: str) -> SchedulerSpec:
+    """Parses "local", "local:N", "local-cuda" or "tcp://HOST:PORT"; ValueError otherwise."""
+    text = spec.strip()
+    if text == "local":
+        return SchedulerSpec("local")
+    if text.startswith("local:"):
+        count = text[len("local:") :]
+        if not count.isdigit() or int(count) < 1:
+            raise ValueError(f"expected local:N with N >= 1 workers, got {spec!r}")
+        return SchedulerSpec("local", workers=int(count))
+    if text == "local-cuda":
+        return SchedulerSpec("local-cuda")
+    if text.startswith(_ADDRESS_SCHEMES):
+        host_port = text.split("://", 1)[1]
+        host, _, port = host_port.rpartition(":")
+        if not host or not port.isdigit():
+            raise ValueError(f"expected tcp://HOST:PORT, got {spec!r}")
+        return SchedulerSpec("address", address=text)
+    raise ValueError(f"unknown scheduler {spec!r}: use {SPEC_HELP}")
+
+
+def keep_multicast_off() -> None:
+    """Sets the no-NVLink-multicast variables in this process (so every child inherits them)."""
+    for name, value in NO_MULTICAST_ENV.items():
+        os.environ[name] = value
+
+
+def _quiet_distributed() -> None:
+    # distributed logs every failed connection attempt and worker restart at WARNING; the user
+    # gets one line from us instead.
+    for name in ("distributed", "distributed.comm", "distributed.core", "distributed.nanny"):
+        logging.getLogger(name).setLevel(logging.CRITICAL)
+
+
+def _local_workers() -> int:
+    from ..pipeline import default_jobs
+
+    return default_jobs()
+
+
+@contextlib.contextmanager
+def connect(
+    spec: str | SchedulerSpec,
+    *,
+    threads_per_worker: int = 1,
+    timeout: float = DEFAULT_TIMEOUT_S,
+    memory_limit: str | int = "auto",
+    quiet: bool = True,
+) -> Iterator[distributed.Client]:
+    """A `distributed.Client` for `spec`, the default scheduler of dask while the context is open.
+
+    Example:
+        >>> with connect("local:2") as client:
+        ...     arrays.normalize(volume, max=4095).to_zarr("out.zarr")
+    """
+    (distributed,) = require_dask("distributed")
+    parsed = parse_spec(spec) if isinstance(spec, str) else spec
+    keep_multicast_off()
+    if quiet:
+        _quiet_distributed()
+    if parsed.kind == "address":
+        client = _join(distributed, parsed.address, timeout)
+        with client:
+            yield client
+        return
+    cluster = _start_local(distributed, parsed, threads_per_worker, memory_limit, quiet)
+    with cluster, distributed.Client(cluster, timeout=timeout) as client:
+        yield client
+
+
+def _join(distributed, address: str, timeout: float):
+    try:
+        return distributed.Client(address, timeout=timeout)
+    except (OSError, TimeoutError) as error:
+        raise SchedulerError(
+            f"cannot reach the Dask scheduler at {address} (no answer within {timeout:g} s; "
+            "is it running, and is the address right?)"
+        ) from error
+
+
+def _start_local(distributed, spec: SchedulerSpec, threads: int, memory_limit, quiet: bool):
+    options = {
+        "threads_per_worker": threads,
+        "processes": True,
+        "dashboard_address": None,
+        "memory_limit": memory_limit,
+        "silence_logs": logging.CRITICAL if quiet else logging.WARNING,
+    }
+    if spec.kind == "local-cuda":
+        return _start_cuda(options)
+    try:
+        return distributed.LocalCluster(
+            n_workers=spec.workers or _local_workers(), env=dict(NO_MULTICAST_ENV), **options
+        )
+    except Exception as error:  # ports, spawn failures: one line
+        raise SchedulerError(f"cannot start a local Dask cluster ({error})") from error
+
+
+def _start_cuda(options: dict):
+    """A dask_cuda.LocalCUDACluster: one worker per visible GPU."""
+    try:
+        import dask_cuda
+    except ImportError as error:
+        raise SchedulerError(
+            "--scheduler local-cuda needs dask-cuda (pip install dask-cuda; CUDA hosts only)"
+        ) from error
+    import torch
+
+    if not torch.cuda.is_available():
+        raise SchedulerError("--scheduler local-cuda: no CUDA GPU is visible")
+    try:
+        # CUDA_VISIBLE_DEVICES=None: every visible GPU, one worker each, each pinned to its GPU.
+        return dask_cuda.LocalCUDACluster(CUDA_VISIBLE_DEVICES=None, **options)
+    except Exception as error:
+        raise SchedulerError(f"cannot start the CUDA cluster ({error})") from error
+
+
+def worker_count(client: distributed.Client) -> int:
+    """Number of workers the scheduler knows now."""
+    return len(client.scheduler_info().get("workers", {}))
+
+
+def _executing_keys(dask_worker) -> list:
+    """On a worker: keys of the tasks its threads are running now (cancelled ones included)."""
+    return [ts.key for ts in list(dask_worker.state.executing)]
+
+
+def wait_until_not_running(client, keys: set, timeout_s: float = 30.0) -> None:
+    """Waits until no worker thread still runs one of `keys`.
+
+    The scheduler forgets a cancelled task at once, but a worker thread that had started it
+    runs it to the end; so this asks the workers themselves.
+    """
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            running = {k for ks in client.run(_executing_keys).values() for k in ks}
+        except Exception:  # the cluster is gone: nothing runs any more
+            return
+        if not running & keys:
+            return
+        time.sleep(0.05)

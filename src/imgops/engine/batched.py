@@ -1,0 +1,553 @@
+"""The device engine: files decoded in batches, the op run on the device, codecs on CPU threads.
+
+    prep threads (jobs)      device thread (one, owns the stream)         encode threads (jobs)
+    read file ------------>  batch of up to batch_size files:             wait for the batch's
+    JPEG: parse header       nvImageCodec decode (one call) -> DLPack      event, then
+    else: OpenCV decode      CPU-decoded: pinned staging -> device         deflate the filtered
+      (byte budget)   ---->  op.torch per shape group (one launch)        rows (or encode JPEG)
+                             png_filter on the device                      -> atomic write
+                             rows -> reused pinned buffers, event  ----->  -> result
+
+Everything overlaps: while the device works on batch k, the prep threads read and decode
+batch k+1 and the encode threads deflate batch k-1. torch and CUDA start in a background
+thread while the first files are read and parsed; the first nvImageCodec batch needs no torch.
+What bounds memory, whatever the batch size: `window` files in flight in all; CPU-decoded
+images by `startup_buffer_bytes`; device memory by two batches of `batch_bytes`; rows coming
+back by the pinned pool (`pinned_bytes`).
+
+A file nvImageCodec cannot decode (or an out-of-memory batch) goes through the CPU path
+(HostWorker) instead, with the same bits; a failing file never stops the others.
+
+The same code runs on torch's CPU device (no streams, plain buffers): the tests drive it there.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import queue
+import threading
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ..io.images import DecodedImage, decode_image, default_max_pixels
+from .buffers import BufferPool, ByteBudget
+from .files import FatalError, Writer, encode_host, failed, guard, precheck, read_job
+from .host import HostWorker
+from .ops import ImageOp
+from .types import Job, JobResult, PipelineSettings
+
+_DONE = object()
+
+
+@dataclass
+class _Item:
+    """One file on its way through the device engine."""
+
+    result: JobResult
+    data: bytes | None = None  # encoded input (kept for the CPU fallback)
+    candidate: Any = None  # gpu_decode.Candidate: decode on the device
+    image: DecodedImage | None = None  # decoded on the CPU
+    budget: int = 0  # bytes of `image` held in the decoded-image budget
+    order: str | None = None  # channel order of the op's input ("rgb", "bgr", None)
+    output: Any = None  # the op's result (device tensor)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class TorchStage:
+    """torch, the extension and (on CUDA) a stream, started once in a background thread."""
+
+    def __init__(self, device: str, torch_threads: int | None) -> None:
+        self._device = device
+        self._threads = torch_threads
+        self.future: Future[TorchStage] = Future()
+        threading.Thread(target=self._start, name="imgops-torch-start", daemon=True).start()
+
+    def _start(self) -> None:
+        try:
+            import torch
+
+            from .. import _extension
+
+            _extension.load()
+            self.torch = torch
+            self.device = torch.device(self._device)
+            self.cuda = self.device.type == "cuda"
+            if self.cuda:
+                from .device import check_torch_device
+
+                check_torch_device(self._device)
+                torch.cuda.init()
+                self.stream = torch.cuda.Stream(self.device)
+            elif self._threads is not None:
+                torch.set_num_threads(self._threads)
+            self.png_filter = _png_filter_op(torch)
+        except BaseException as error:
+            self.future.set_exception(error)
+        else:
+            self.future.set_result(self)
+
+    def get(self) -> TorchStage:
+        """This stage once started; FatalError if it cannot start."""
+        try:
+            return self.future.result()
+        except BaseException as error:
+            raise FatalError(error) from error
+
+    def stream_context(self):
+        """The CUDA stream as the current stream (a no-op on the CPU)."""
+        return self.torch.cuda.stream(self.stream) if self.cuda else contextlib.nullcontext()
+
+    def stream_handle(self) -> int:
+        """The cudaStream_t as an int (0 on the CPU)."""
+        return self.stream.cuda_stream if self.cuda else 0
+
+    def event(self) -> Any:
+        """An event recorded on the stream now (None on the CPU: work is already done)."""
+        if not self.cuda:
+            return None
+        event = self.torch.cuda.Event()
+        event.record(self.stream)
+        return event
+
+
+def _png_filter_op(torch: Any) -> Callable[[Any, int], Any] | None:
+    """torch.ops.imgops.png_filter where the extension has it, else None."""
+    try:
+        return torch.ops.imgops.png_filter.default
+    except (AttributeError, RuntimeError):
+        return None
+
+
+def _encode_png_filtered() -> Callable[..., bytes] | None:
+    """imgops.io.png.encode_png_filtered and filter_code_for, where the PNG encoder has them."""
+    from ..io import png
+
+    if hasattr(png, "encode_png_filtered") and hasattr(png, "filter_code_for"):
+        return png.encode_png_filtered
+    return None
+
+
+class DeviceEngine:
+    """Runs jobs through the pipeline in the module docstring; see run()."""
+
+    def __init__(
+        self,
+        op: ImageOp,
+        settings: PipelineSettings,
+        device: str,
+        workers: int,
+        decoder_factory: Callable[[], Any] | None,
+        jpeg_encoder_factory: Callable[[], Any] | None = None,
+    ) -> None:
+        self.op, self.settings, self.workers = op, settings, workers
+        self.writer = Writer(settings)
+        self.host = HostWorker(op, settings, self.writer) if op.cpu is not None else None
+        self.stop = threading.Event()
+        self.results: queue.Queue[Any] = queue.Queue()
+        self.items: queue.Queue[Any] = queue.Queue()
+        self.decoded_budget = ByteBudget(settings.startup_buffer_bytes)
+        self.torch_stage = TorchStage(
+            device, settings.torch_threads or (1 if workers > 1 else None)
+        )
+        self._decoder_factory = decoder_factory
+        self._jpeg_factory = jpeg_encoder_factory
+        self.decoder: Any = None
+        self.max_pixels = settings.max_pixels or default_max_pixels()
+        self.window = 2 * settings.batch_size + 2 * workers
+        self.filtered = None  # set on the device thread
+        self.pool: BufferPool | None = None
+        self.max_in_flight = 0
+
+    # ---------------------------------------------------------------- the calling thread
+    def run(self, jobs: Iterator[Job], on_result: Callable[[JobResult], None]) -> None:
+        """Feeds jobs (at most `window` in flight), reports results in this thread."""
+        if self._decoder_factory is not None:
+            self.decoder = self._decoder_factory()  # raises GpuDecoderUnavailable early
+        prep = ThreadPoolExecutor(self.workers, thread_name_prefix="imgops-prep")
+        self.encoders = ThreadPoolExecutor(self.workers, thread_name_prefix="imgops-encode")
+        device_thread = threading.Thread(target=self._device_loop, name="imgops-device")
+        device_thread.start()
+        in_flight, exhausted = 0, False
+        try:
+            while True:
+                while not exhausted and in_flight < self.window:
+                    job = next(jobs, None)
+                    if job is None:
+                        exhausted = True
+                        break
+                    prep.submit(self._prep, job)
+                    in_flight += 1
+                    self.max_in_flight = max(self.max_in_flight, in_flight)
+                if in_flight == 0:
+                    break
+                outcome = self.results.get()
+                if isinstance(outcome, FatalError):
+                    raise outcome
+                in_flight -= 1
+                on_result(outcome)
+        finally:
+            self.stop.set()
+            self.items.put(_DONE)
+            prep.shutdown(wait=True, cancel_futures=True)
+            device_thread.join()
+            self.encoders.shutdown(wait=True, cancel_futures=True)
+
+    # ---------------------------------------------------------------- prep threads
+    def _prep(self, job: Job) -> None:
+        """Checks, reads and (CPU) decodes one job; posts exactly one result or queues it."""
+        item = _Item(JobResult(job, "written"))
+        try:
+            if self.stop.is_set():
+                self.results.put(failed(item.result, "cancelled"))
+                return
+            early = precheck(job, self.settings)
+            if early is not None:
+                self.results.put(early)
+                return
+            result = guard(item.result, lambda r: self._read_and_decode(item))
+        except BaseException as error:  # guard lets nothing through; this is a bug
+            self.results.put(FatalError(error))
+            return
+        if result.status == "failed":
+            self._release(item)
+            self.results.put(result)
+        else:
+            self.items.put(item)
+
+    def _read_and_decode(self, item: _Item) -> None:
+        seconds = item.result.seconds
+        start = time.perf_counter()
+        item.data = read_job(item.result.job)
+        now = time.perf_counter()
+        seconds["read"], start = now - start, now
+        if self.decoder is not None:
+            item.candidate = self.decoder.accept(item.data, self.max_pixels)
+            if item.candidate is not None:
+                return
+        image = decode_image(item.data, max_pixels=self.settings.max_pixels)
+        item.result.decoder = "opencv"
+        item.result.shape, item.result.dtype = image.pixels.shape, str(image.pixels.dtype)
+        if not self.decoded_budget.take(image.pixels.nbytes, self.stop):
+            raise RuntimeError("cancelled")
+        item.image, item.budget, item.order = image, image.pixels.nbytes, image.channel_order
+        seconds["decode"] = time.perf_counter() - start
+
+    def _release(self, item: _Item) -> None:
+        if item.budget:
+            self.decoded_budget.give(item.budget)
+            item.budget = 0
+        item.image = None
+
+    # ---------------------------------------------------------------- the device thread
+    def _device_loop(self) -> None:
+        """Gathers batches, decodes them, runs them on the device, hands rows to the encoders.
+
+        Until torch is ready, decoded batches wait (at most two batches' bytes): the first
+        decodes overlap the start-up of torch and CUDA.
+        """
+        retiring: tuple[Any, list[Any]] | None = None
+        waiting: list[tuple[list[_Item], dict[int, Any]]] = []
+        try:
+            while not self.stop.is_set():
+                batch = self._gather(block=not waiting)
+                if batch is not None:
+                    waiting.append((batch, self._decode_batch(batch)))
+                ready = self.torch_stage.future.done()
+                held = sum(self._item_bytes(i) for b, _ in waiting for i in b)
+                if batch is not None and not ready and held < 2 * self.settings.batch_bytes:
+                    continue
+                if batch is None and not waiting:
+                    break
+                stage = self._started(waiting)
+                for pending, images in waiting:
+                    event, keep = self._run_batch(stage, pending, images)
+                    if retiring is not None and retiring[0] is not None:
+                        retiring[0].synchronize()  # at most two batches alive on the device
+                    retiring = (event, keep)
+                waiting.clear()
+        except FatalError as error:
+            self.results.put(error)
+        except BaseException as error:  # a bug or a device failure: stop the batch, say why
+            self.results.put(FatalError(error))
+
+    def _started(self, waiting: list[tuple[list[_Item], dict[int, Any]]]) -> TorchStage:
+        """The torch stage (waiting for it); the wait is charged to the files that waited."""
+        start = time.perf_counter()
+        stage = self.torch_stage.get()
+        waited = time.perf_counter() - start
+        if self.pool is None:
+            self.pool = BufferPool(self.settings.pinned_bytes, pin=stage.cuda)
+            self.filtered = stage.png_filter is not None and _encode_png_filtered()
+            if stage.cuda and any(images for _, images in waiting):
+                stage.torch.cuda.synchronize()  # batches decoded before the stream existed
+        items = [item for batch, _ in waiting for item in batch]
+        if waited > 1e-3 and items:
+            for item in items:
+                item.result.seconds["start"] = waited / len(items)
+        return stage
+
+    def _gather(self, block: bool) -> list[_Item] | None:
+        """The next batch: one item (waiting for it if `block`), then whatever is queued,
+        within batch_size and batch_bytes. None when nothing came (or the input ended)."""
+        try:
+            first = self.items.get(timeout=None if block else 0.02)
+        except queue.Empty:
+            return None
+        if first is _DONE:
+            self.items.put(_DONE)  # seen again by the next call
+            return None
+        batch, nbytes = [first], self._item_bytes(first)
+        while len(batch) < self.settings.batch_size and nbytes < self.settings.batch_bytes:
+            try:
+                item = self.items.get_nowait()
+            except queue.Empty:
+                break
+            if item is _DONE:
+                self.items.put(_DONE)
+                break
+            batch.append(item)
+            nbytes += self._item_bytes(item)
+        return batch
+
+    @staticmethod
+    def _item_bytes(item: _Item) -> int:
+        if item.candidate is not None:
+            return item.candidate.nbytes
+        return item.image.pixels.nbytes if item.image is not None else 0
+
+    def _decode_batch(self, batch: list[_Item]) -> dict[int, Any]:
+        """nvImageCodec decodes the batch's JPEGs in one call; failures go to the CPU path."""
+        picked = [i for i, item in enumerate(batch) if item.candidate is not None]
+        if not picked:
+            return {}
+        start = time.perf_counter()
+        stage = self.torch_stage.future
+        handle = stage.result().stream_handle() if stage.done() and not stage.exception() else 0
+        decoded = self.decoder.decode([batch[i].candidate for i in picked], handle)
+        share = (time.perf_counter() - start) / len(picked)
+        images = {}
+        for i, image in zip(picked, decoded, strict=True):
+            batch[i].result.seconds["decode"] = share
+            if image is None:
+                self._fallback(batch[i], "nvImageCodec could not decode it")
+            else:
+                images[i] = image
+        return images
+
+    def _fallback(self, item: _Item, why: str) -> None:
+        """Sends one file through the CPU path (same bits); its result is posted from there."""
+        item.extra["fallback"] = why
+        data, image = item.data, item.image
+        item.data = None
+        item.candidate = None
+
+        def run() -> None:
+            try:
+                outcome = attempt()
+            except BaseException as error:  # guard lets nothing through; this is a bug
+                outcome = FatalError(error)
+            self.results.put(outcome)
+
+        def attempt() -> JobResult:
+            result = item.result
+            if self.host is None:
+                self._release(item)
+                return failed(result, f"{why}, and op {self.op.name} has no CPU path")
+            if image is not None:
+                outcome = guard(result, lambda r: self._host_from_image(r, image))
+            else:
+                outcome = guard(result, lambda r: self.host.finish(r, data))  # type: ignore[union-attr]
+            self._release(item)
+            return outcome
+
+        self.encoders.submit(run)
+
+    def _host_from_image(self, result: JobResult, image: DecodedImage) -> None:
+        assert self.op.cpu is not None
+        start = time.perf_counter()
+        out = self.op.cpu(image.pixels, image.channel_order)
+        now = time.perf_counter()
+        result.seconds["convert"], start = now - start, now
+        encoded = encode_host(out, image.channel_order, self.settings)
+        now = time.perf_counter()
+        result.seconds["encode"], start = now - start, now
+        self.writer.write(result.job.target, encoded)
+        result.bytes_written = len(encoded)
+        result.seconds["write"] = time.perf_counter() - start
+
+    def _run_batch(
+        self, stage: TorchStage, batch: list[_Item], images: dict[int, Any]
+    ) -> tuple[Any, list[Any]]:
+        """Runs the op over the batch on the device; queues rows back and the encodes.
+
+        Returns the batch's event and what must outlive it (decoded images, staging buffers).
+        """
+        torch = stage.torch
+        start = time.perf_counter()
+        live: list[_Item] = []
+        keep: list[Any] = []
+        try:
+            with stage.stream_context():
+                for i, item in enumerate(batch):
+                    if i in images:
+                        self._take_gpu_image(item, images[i], stage, keep)
+                        live.append(item)
+                    elif item.image is not None:
+                        self._upload(item, stage, keep)
+                        live.append(item)
+                self._apply_op(live, stage)
+                for item in live:
+                    item.extra["out_shape"] = tuple(item.output.shape)
+                    item.extra["itemsize"] = item.output.element_size()
+                    item.output = self._to_output(item.output, item.order, stage)
+        except torch.OutOfMemoryError:
+            for item in batch:
+                item.output = None
+            images.clear()
+            keep.clear()
+            if stage.cuda:
+                stage.stream.synchronize()
+                torch.cuda.empty_cache()
+            for item in batch:
+                if "fallback" not in item.extra:  # every file not already on the CPU path
+                    item.result.note = "out of GPU memory for this batch: converted on the CPU"
+                    self._fallback(item, "out of GPU memory")
+            return None, []
+        return self._send_back(stage, live, time.perf_counter() - start), keep
+
+    def _take_gpu_image(self, item: _Item, image: Any, stage: TorchStage, keep: list) -> None:
+        from ..io.gpu_decode import as_tensor
+
+        tensor = as_tensor(image)
+        if tensor.device.type != stage.device.type:
+            tensor = tensor.to(stage.device)
+        if item.candidate.gray:
+            tensor, item.order = tensor[..., 0], None
+        else:
+            item.order = "rgb"
+        keep.append(image)  # nvImageCodec owns the memory: alive until the batch's event
+        item.output = tensor
+        item.result.decoder = "nvimgcodec"
+        item.result.shape, item.result.dtype = tuple(tensor.shape), "uint8"
+
+    def _upload(self, item: _Item, stage: TorchStage, keep: list) -> None:
+        torch = stage.torch
+        pixels = np.ascontiguousarray(item.image.pixels)
+        host = torch.from_numpy(pixels)
+        if stage.cuda:
+            staging = torch.empty(host.shape, dtype=host.dtype, pin_memory=True)
+            staging.copy_(host)
+            keep.append(staging)  # alive until the batch's event
+            item.output = staging.to(stage.device, non_blocking=True)
+        else:
+            item.output = host
+        self._release(item)  # the decoded image may go: the bytes are staged
+
+    def _apply_op(self, live: list[_Item], stage: TorchStage) -> None:
+        """op.torch once per group of same-shape images (one launch for the group)."""
+        groups: dict[tuple[Any, ...], list[_Item]] = {}
+        for item in live:
+            key = (tuple(item.output.shape), item.output.dtype, item.order)
+            groups.setdefault(key, []).append(item)
+        torch = stage.torch
+        for (_, _, order), members in groups.items():
+            tensors = [m.output for m in members]
+            stacked = torch.stack(tensors) if len(tensors) > 1 else tensors[0].unsqueeze(0)
+            out = self.op.torch(stacked, order)
+            for index, member in enumerate(members):
+                member.output = out[index]
+
+    def _to_output(self, tensor: Any, order: str | None, stage: TorchStage) -> Any:
+        """What comes back to the host: filtered PNG rows where the device filters, else pixels."""
+        if self.settings.fmt == "png" and self.filtered:
+            from ..io.png import filter_code_for
+
+            if tensor.dim() == 3 and order == "bgr":
+                tensor = tensor.flip(-1)  # PNG stores RGB
+            return stage.png_filter(tensor.contiguous(), filter_code_for(self.settings.png_level))
+        return tensor.contiguous()
+
+    def _send_back(self, stage: TorchStage, live: list[_Item], seconds: float) -> Any:
+        """Copies each output into a pooled (pinned) buffer, then queues its encode."""
+        if not live:
+            return None
+        jpegs: list[bytes | None] = [None] * len(live)
+        if self.settings.fmt == "jpg" and self._jpeg_factory is not None:
+            jpegs = self._encode_jpegs(stage, live)
+        copies = []
+        for item, jpeg in zip(live, jpegs, strict=True):
+            if jpeg is not None:
+                copies.append((item, None, None, jpeg))
+                continue
+            tensor = item.output
+            buffer = self.pool.acquire(tensor.numel() * tensor.element_size())
+            host = buffer[: tensor.numel() * tensor.element_size()].view(tensor.dtype)
+            host = host.view(tensor.shape)
+            host.copy_(tensor, non_blocking=stage.cuda)
+            item.output = None  # the allocator reuses it only after the copy (stream order)
+            copies.append((item, buffer, host, None))
+        event = stage.event()
+        share = (seconds + 0.0) / len(live)
+        for item, buffer, host, jpeg in copies:
+            item.result.seconds["device"] = share
+            self.encoders.submit(self._finish, item, event, buffer, host, jpeg)
+        return event
+
+    def _encode_jpegs(self, stage: TorchStage, live: list[_Item]) -> list[bytes | None]:
+        if not hasattr(self, "_jpeg"):
+            self._jpeg = self._jpeg_factory()
+        tensors = []
+        for item in live:
+            tensor = item.output
+            if tensor.dim() == 3 and item.order == "bgr":
+                tensor = tensor.flip(-1)
+            tensors.append(tensor if tensor.dtype == stage.torch.uint8 else None)
+        picked = [i for i, t in enumerate(tensors) if t is not None]
+        encoded = self._jpeg.encode([tensors[i] for i in picked], stage.stream_handle())
+        out: list[bytes | None] = [None] * len(live)
+        for i, data in zip(picked, encoded, strict=True):
+            out[i] = data
+        return out
+
+    # ---------------------------------------------------------------- encode threads
+    def _finish(self, item: _Item, event: Any, buffer: Any, host: Any, jpeg: bytes | None) -> None:
+        outcome: JobResult | FatalError
+        try:
+            if event is not None:
+                event.synchronize()
+            outcome = guard(item.result, lambda r: self._encode_and_write(item, host, jpeg))
+        except BaseException as error:  # a CUDA error surfaced by the event: fatal
+            outcome = FatalError(error)
+        finally:
+            item.output = None
+            if buffer is not None:
+                self.pool.release(buffer)
+        self.results.put(outcome)
+
+    def _encode_and_write(self, item: _Item, host: Any, jpeg: bytes | None) -> None:
+        result, settings = item.result, self.settings
+        start = time.perf_counter()
+        if jpeg is not None:
+            encoded = jpeg
+        elif settings.fmt == "png" and self.filtered:
+            shape, itemsize = item.extra["out_shape"], item.extra["itemsize"]
+            encoded = self.filtered(
+                host.numpy(),
+                width=shape[1],
+                height=shape[0],
+                channels=1 if len(shape) == 2 else shape[2],
+                bit_depth=8 * itemsize,
+                level=settings.png_level,
+            )
+        else:
+            encoded = encode_host(host.numpy(), item.order, settings)
+        now = time.perf_counter()
+        result.seconds["encode"], start = now - start, now
+        self.writer.write(result.job.target, encoded)
+        result.bytes_written = len(encoded)
+        result.seconds["write"] = time.perf_counter() - start

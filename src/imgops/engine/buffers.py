@@ -1,0 +1,88 @@
+"""Bounded memory for the device engine: a byte budget and a pool of reused (pinned) buffers."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+
+class ByteBudget:
+    """Bytes that may be held at once; `take` blocks until they fit (thread-safe).
+
+    A request larger than the whole budget is let through when nothing else is held, so one
+    huge image slows the batch down but never deadlocks it.
+    """
+
+    def __init__(self, limit: int) -> None:
+        self.limit = max(0, limit)
+        self._held = 0
+        self._cond = threading.Condition()
+        self.peak = 0
+
+    def take(self, nbytes: int, stop: threading.Event | None = None) -> bool:
+        """Reserves `nbytes`, waiting while they do not fit; False if `stop` was set."""
+        with self._cond:
+            while self._held and self._held + nbytes > self.limit:
+                if stop is not None and stop.is_set():
+                    return False
+                self._cond.wait(0.1)
+            self._held += nbytes
+            self.peak = max(self.peak, self._held)
+            return True
+
+    def give(self, nbytes: int) -> None:
+        """Returns bytes reserved by take."""
+        with self._cond:
+            self._held -= nbytes
+            self._cond.notify_all()
+
+
+class BufferPool:
+    """Reused uint8 host buffers (pinned where `pin`), about `limit` bytes in all.
+
+    `acquire(n)` hands out a free buffer of at least n bytes (the smallest that fits), allocates
+    one while the pool is under its limit, or waits for a release. Steady state allocates
+    nothing: device-to-host copies land in the same pinned pages batch after batch. A request
+    over the limit is served when no buffer is out (slow, never a deadlock).
+    """
+
+    def __init__(self, limit: int, *, pin: bool) -> None:
+        self.limit = max(0, limit)
+        self._pin = pin
+        self._free: list[Any] = []
+        self._cond = threading.Condition()
+        self._held = 0  # bytes of every buffer, free or out
+        self._out = 0
+        self.allocated = 0
+        self.peak_bytes = 0
+
+    def acquire(self, nbytes: int) -> Any:
+        """A flat uint8 torch tensor of at least `nbytes` bytes (blocks when the pool is full)."""
+        import torch
+
+        with self._cond:
+            while True:
+                fits = [i for i, b in enumerate(self._free) if b.numel() >= nbytes]
+                if fits:  # (indices: `list.remove` would compare tensors by value)
+                    best = min(fits, key=lambda i: self._free[i].numel())
+                    self._out += 1
+                    return self._free.pop(best)
+                if self._held + nbytes <= self.limit or self._out == 0 and not self._free:
+                    buffer = torch.empty(nbytes, dtype=torch.uint8, pin_memory=self._pin)
+                    self._held += nbytes
+                    self.peak_bytes = max(self.peak_bytes, self._held)
+                    self.allocated += 1
+                    self._out += 1
+                    return buffer
+                if self._free:  # none fits and no room: drop the smallest free one
+                    smallest = min(range(len(self._free)), key=lambda i: self._free[i].numel())
+                    self._held -= self._free.pop(smallest).numel()
+                    continue
+                self._cond.wait(0.1)
+
+    def release(self, buffer: Any) -> None:
+        """Gives a buffer back for reuse."""
+        with self._cond:
+            self._free.append(buffer)
+            self._out -= 1
+            self._cond.notify_all()

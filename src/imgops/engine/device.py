@@ -1,0 +1,126 @@
+"""Which device and decoder a batch runs on, decided before any file is touched.
+
+`--device auto` picks CUDA only where it wins: a GPU is visible, nvImageCodec decodes on it,
+imgops has CUDA kernels, and the batch holds at least `CUDA_MIN_FILES` files (below that the
+start-up of torch and CUDA, a few seconds, costs more than the GPU saves). The first checks
+need no torch (the driver is asked through ctypes), so a small batch on a GPU host still
+starts in milliseconds on the CPU path.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..io import gpu_decode
+from .types import PipelineSettings
+
+#: Files from which `--device auto` picks CUDA (with a usable GPU and nvImageCodec). A
+#: provisional value, to be replaced by the crossover `imgops bench --crossover DIR` measures
+#: on the GPU host (docs/GPU.md): below it the CPU path finishes first.
+CUDA_MIN_FILES = 200
+
+
+class DeviceUnavailable(RuntimeError):
+    """The device asked for cannot run the batch; the message says why in one line."""
+
+    exit_code = 1
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The chosen device ("cpu", "cuda", "cuda:N"), decoder ("cpu"/"gpu") and why."""
+
+    device: str
+    decoder: str
+    why: str
+
+    @property
+    def index(self) -> int:
+        """The CUDA device index (0 for "cuda")."""
+        return int(self.device.split(":")[1]) if ":" in self.device else 0
+
+
+def cuda_device_count() -> int:
+    """GPUs the CUDA driver sees (0 without a driver), asked without importing torch."""
+    return gpu_decode.driver_device_count()
+
+
+def _torch_cuda_problem(device: str) -> str | None:
+    """Why torch cannot run imgops' kernels on `device`, or None (imports torch)."""
+    import torch
+
+    from .. import _extension
+
+    if not torch.cuda.is_available():
+        return f"--device {device}: no CUDA GPU is visible to torch"
+    if not _extension.load().get("cuda_kernels"):
+        return f"--device {device}: imgops was built without CUDA kernels (run `imgops doctor`)"
+    index = int(device.split(":")[1]) if ":" in device else 0
+    if index >= torch.cuda.device_count():
+        return f"--device {device}: only {torch.cuda.device_count()} GPU(s) visible"
+    return None
+
+
+def check_torch_device(device: str) -> None:
+    """Raises DeviceUnavailable unless torch runs imgops' CUDA kernels on `device`."""
+    problem = _torch_cuda_problem(device)
+    if problem is not None:
+        raise DeviceUnavailable(problem)
+
+
+def choose(settings: PipelineSettings) -> Plan:
+    """The device and decoder for a batch (see the module docstring).
+
+    Raises:
+        GpuDecoderUnavailable: decoder "gpu" where nvImageCodec cannot decode on a GPU, or
+            with device "cpu".
+        DeviceUnavailable: device "cuda[:N]" where no such GPU is visible to the driver.
+        ValueError: unknown device or decoder names.
+    """
+    device, decoder = settings.device, settings.decoder
+    if decoder not in ("auto", "cpu", "gpu"):
+        raise ValueError(f"decoder must be auto, cpu or gpu, got {decoder!r}")
+    if device not in ("auto", "cpu") and not device.startswith("cuda"):
+        raise ValueError(f"device must be auto, cpu, cuda or cuda:N, got {device!r}")
+    if decoder == "gpu":
+        if device == "cpu":
+            raise gpu_decode.GpuDecoderUnavailable(
+                "--decoder gpu decodes on the GPU: it needs --device cuda (or auto)"
+            )
+        if cuda_device_count() == 0:
+            raise gpu_decode.GpuDecoderUnavailable("--decoder gpu: no CUDA GPU is visible")
+        usable, why = gpu_decode.status(_index(device))
+        if not usable:
+            raise gpu_decode.GpuDecoderUnavailable(f"--decoder gpu: {why}")
+        return Plan("cuda" if device == "auto" else device, "gpu", why)
+    if device == "cpu":
+        return Plan("cpu", "cpu", "--device cpu")
+    if device.startswith("cuda"):
+        if cuda_device_count() <= _index(device):
+            raise DeviceUnavailable(f"--device {device}: no CUDA GPU is visible to torch")
+        if decoder == "cpu":
+            return Plan(device, "cpu", "--decoder cpu")
+        usable, why = gpu_decode.status(_index(device))
+        return Plan(device, "gpu" if usable else "cpu", why)
+    return _choose_auto(settings)
+
+
+def _choose_auto(settings: PipelineSettings) -> Plan:
+    files = settings.expected_files
+    if files is None or files < CUDA_MIN_FILES:
+        return Plan("cpu", "cpu", f"auto: {files or 'an unknown number of'} files, CUDA from "
+                    f"{CUDA_MIN_FILES}")  # fmt: skip
+    if cuda_device_count() == 0:
+        return Plan("cpu", "cpu", "auto: no CUDA GPU")
+    usable, why = gpu_decode.status(0)
+    if not usable:
+        return Plan("cpu", "cpu", f"auto: {why}")
+    problem = _torch_cuda_problem("cuda")
+    if problem is not None:
+        return Plan("cpu", "cpu", f"auto: {problem}")
+    decoder = "cpu" if settings.decoder == "cpu" else "gpu"
+    return Plan("cuda", decoder, f"auto: {files} files >= {CUDA_MIN_FILES} with {why}")
+
+
+def _index(device: str) -> int:
+    return int(device.split(":")[1]) if ":" in device else 0

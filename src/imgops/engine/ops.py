@@ -1,0 +1,74 @@
+"""The per-image op the engine runs: `ImageOp`, and `GRAY`, the first one.
+
+An op is two functions with the same meaning, so the engine can pick the device without the
+op knowing about batches, threads or codecs:
+
+* `cpu(pixels, channel_order) -> array`: one image as numpy, (H, W) gray or (H, W, 3); never
+  imports torch (the CPU path of the command line starts in milliseconds). None where the op
+  has no numpy form; the engine then runs `torch` on torch's CPU device.
+* `torch(batch, channel_order) -> tensor`: a batch of images of one shape as one tensor,
+  (N, H, W) gray or (N, H, W, 3), on any device; returns (N, H, W) or (N, H, W, 3).
+
+`channel_order` is "bgr" (OpenCV's decode), "rgb" (nvImageCodec's) or None for gray input.
+A colour result keeps the input's channel order. Both functions must give the same bits:
+with `--decoder cpu` every device writes identical files.
+
+Adding an op: define its two functions and an `ImageOp`; `run_batch(jobs, MY_OP, settings)`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..native import cli_kernels
+
+
+@dataclass(frozen=True)
+class ImageOp:
+    """One per-image operation: a name, its numpy and torch functions, its output suffix."""
+
+    name: str
+    cpu: Callable[[np.ndarray, str | None], np.ndarray] | None
+    torch: Callable[[Any, str | None], Any]
+    #: Appended to the input's stem for default output names ("photo" -> "photo_gray.png").
+    suffix: str
+
+
+def gray_numpy(pixels: np.ndarray, channel_order: str | None) -> np.ndarray:
+    """Exact BT.601 luma of one image, (299R + 587G + 114B + 500) // 1000; gray passes through.
+
+    Uses imgops._cli_kernels (the torch op's SIMD loops, GIL released) where it was built,
+    else the formula in numpy (the same bits, slower).
+    """
+    if pixels.ndim == 2:
+        return pixels
+    pixels = np.ascontiguousarray(pixels)
+    bgr = channel_order == "bgr"
+    module = cli_kernels()
+    if module is not None:
+        out = np.empty(pixels.shape[:2], dtype=pixels.dtype)
+        module.rgb_to_gray(pixels, out, pixels.itemsize, bgr)
+        return out
+    wide = pixels.astype(np.int64)
+    red, blue = (wide[..., 2], wide[..., 0]) if bgr else (wide[..., 0], wide[..., 2])
+    luma = (299 * red + 587 * wide[..., 1] + 114 * blue + 500) // 1000
+    return luma.astype(pixels.dtype)
+
+
+def gray_torch(batch: Any, channel_order: str | None) -> Any:
+    """Exact BT.601 luma of a batch (N, H, W, 3) in one launch of the imgops op; gray passes."""
+    if batch.dim() == 3:
+        return batch
+    import torch
+
+    from .. import _extension
+
+    _extension.load()  # registers torch.ops.imgops
+    return torch.ops.imgops.rgb_to_gray.default(batch, channel_order or "rgb")
+
+
+GRAY = ImageOp(name="gray", cpu=gray_numpy, torch=gray_torch, suffix="_gray")

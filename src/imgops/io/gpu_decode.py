@@ -1,0 +1,243 @@
+"""JPEG decode in batches on the GPU with nvImageCodec (the optional extra ``imgops[gpu]``).
+
+`BatchDecoder.decode` takes the encoded bytes of many files, decodes them in one nvImageCodec
+call straight into device memory (the GPU's hardware JPEG engine where it has one, else
+nvJPEG's CUDA decoder) and hands each image to torch without a copy (DLPack). EXIF orientation
+is applied as OpenCV applies it.
+
+Only what the GPU decodes like the CPU path is sent there: baseline and progressive JPEGs of
+8-bit YCbCr or gray. Everything else (CMYK/YCCK, 12-bit, PNG, TIFF, anything nvImageCodec cannot
+parse) is left to the caller's CPU decode (OpenCV), file by file, and so is any file the batch
+call returns no image for (corrupt data): the output never depends on the backend.
+
+nvImageCodec is imported lazily, on first use; its loader's messages about optional codecs
+(nvJPEG2000, nvTIFF) are kept off the user's terminal.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+import threading
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["BatchDecoder", "Candidate", "GpuDecoderUnavailable", "module", "status", "version"]
+
+INSTALL_HINT = "pip install 'imgops[gpu]' (nvidia-nvimgcodec-cu13 and nvidia-nvjpeg)"
+
+
+class GpuDecoderUnavailable(RuntimeError):
+    """`--decoder gpu` cannot work here (no nvImageCodec, no GPU); the message says why."""
+
+    exit_code = 2
+
+
+@contextlib.contextmanager
+def _quiet_stderr() -> Iterator[None]:
+    """Sends file descriptor 2 to /dev/null for the duration (native loader messages)."""
+    try:
+        saved = os.dup(2)
+    except OSError:
+        yield
+        return
+    try:
+        with open(os.devnull, "wb") as null:
+            os.dup2(null.fileno(), 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
+_import_lock = threading.Lock()
+
+
+@functools.cache
+def _load() -> tuple[Any, str | None]:
+    with _import_lock, _quiet_stderr():
+        try:
+            import nvidia.nvimgcodec as nvimgcodec
+        except ImportError as error:
+            return None, f"nvImageCodec is not installed ({error.name or error}): {INSTALL_HINT}"
+        except Exception as error:  # a broken install: say so, never crash the caller
+            return None, f"nvImageCodec failed to load: {type(error).__name__}: {error}"
+    return nvimgcodec, None
+
+
+def module() -> Any:
+    """The nvidia.nvimgcodec module; GpuDecoderUnavailable if it is not installed."""
+    found, problem = _load()
+    if found is None:
+        raise GpuDecoderUnavailable(problem)
+    return found
+
+
+def version() -> str | None:
+    """nvImageCodec's version, or None when it is not installed."""
+    found, _ = _load()
+    return getattr(found, "__version__", "unknown") if found is not None else None
+
+
+@functools.cache
+def driver_device_count() -> int:
+    """GPUs the CUDA driver sees (0 without a driver), asked through ctypes: no torch, no
+    nvImageCodec, a few milliseconds."""
+    import ctypes
+
+    for name in ("libcuda.so.1", "libcuda.so", "nvcuda.dll"):
+        try:
+            driver = ctypes.CDLL(name)
+        except OSError:
+            continue
+        count = ctypes.c_int(0)
+        if driver.cuInit(0) != 0 or driver.cuDeviceGetCount(ctypes.byref(count)) != 0:
+            return 0
+        return count.value
+    return 0
+
+
+def status(device_id: int = 0) -> tuple[bool, str]:
+    """(usable, one line why) for `imgops doctor`: installed, a GPU, and a decoder starts."""
+    found, problem = _load()
+    if found is None:
+        return False, problem or "nvImageCodec is not installed"
+    if driver_device_count() <= device_id:
+        return (
+            False,
+            f"nvImageCodec {version()} is installed, but no CUDA GPU {device_id} is visible",
+        )
+    try:
+        BatchDecoder(device_id)
+    except GpuDecoderUnavailable as error:
+        return False, str(error)
+    return True, f"nvImageCodec {version()}: JPEG decode on GPU {device_id}"
+
+
+@dataclass
+class Candidate:
+    """A file the GPU decoder accepted: its parsed stream, size and whether it is gray."""
+
+    stream: Any
+    width: int
+    height: int
+    gray: bool
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the decoded image (uint8, 1 or 3 channels)."""
+        return self.width * self.height * (1 if self.gray else 3)
+
+
+class BatchDecoder:
+    """One nvImageCodec decoder; `decode` runs a batch, `accept` says what it may decode.
+
+    `cpu_backend=True` uses nvImageCodec's CPU backend instead of the GPU (no GPU needed: the
+    tests use it to drive every code path here); images then live in host memory.
+    Not thread-safe: one thread (the engine's device thread) owns it.
+    """
+
+    def __init__(self, device_id: int = 0, *, cpu_backend: bool = False, threads: int = 0):
+        nv = module()
+        self._nv = nv
+        self.cpu_backend = cpu_backend
+        try:
+            with _quiet_stderr():  # the loader's notes on optional codecs
+                if cpu_backend:
+                    backends = [nv.Backend(nv.BackendKind.CPU_ONLY)]
+                    self._decoder = nv.Decoder(
+                        device_id=nv.NVIMGCODEC_DEVICE_CPU_ONLY,
+                        max_num_cpu_threads=threads,
+                        backends=backends,
+                    )
+                else:  # hardware engine first, then nvJPEG's CUDA decoder; never a CPU backend
+                    backends = [
+                        nv.Backend(nv.BackendKind.HW_GPU_ONLY),
+                        nv.Backend(nv.BackendKind.GPU_ONLY),
+                    ]
+                    self._decoder = nv.Decoder(
+                        device_id=device_id, max_num_cpu_threads=threads, backends=backends
+                    )
+        except Exception as error:  # RuntimeError "CUDA Runtime failure" without a GPU
+            reason = str(error).split(" at /")[0]  # drop the build machine's source path
+            raise GpuDecoderUnavailable(
+                f"nvImageCodec {version()} cannot decode on GPU {device_id}: {reason}"
+            ) from None
+        self._colour = nv.DecodeParams(
+            apply_exif_orientation=True,
+            color_spec=nv.ColorSpec.SRGB,
+            allow_any_depth=False,
+            sample_format=nv.SampleFormat.I_RGB,
+        )
+        self._gray = nv.DecodeParams(
+            apply_exif_orientation=True,
+            color_spec=nv.ColorSpec.GRAY,
+            allow_any_depth=False,
+            sample_format=nv.SampleFormat.I_Y,
+        )
+
+    @property
+    def backend(self) -> str:
+        """Which backends decode: "gpu" (hardware engine, else CUDA) or "cpu" (tests)."""
+        return "cpu" if self.cpu_backend else "gpu"
+
+    def accept(self, data: bytes, max_pixels: int) -> Candidate | None:
+        """A Candidate when the GPU decodes this file like OpenCV would, else None (CPU).
+
+        8-bit baseline/progressive JPEG, 1 or 3 components in YCbCr or gray, at most
+        `max_pixels` pixels. Never raises: an unparsable file goes to the CPU decoder, which
+        names the problem.
+        """
+        if not data.startswith(b"\xff\xd8\xff"):
+            return None
+        nv = self._nv
+        try:
+            stream = nv.CodeStream(data)
+            codec, spec = stream.codec_name, stream.color_spec
+            channels, precision = stream.num_channels, stream.precision
+            width, height = stream.width, stream.height
+        except Exception:
+            return None
+        if codec != "jpeg" or precision not in (0, 8) or not 0 < width * height <= max_pixels:
+            return None
+        if channels == 1 and spec in (nv.ColorSpec.GRAY, nv.ColorSpec.UNKNOWN):
+            return Candidate(stream, width, height, gray=True)
+        if channels == 3 and spec in (nv.ColorSpec.SYCC, nv.ColorSpec.SRGB):
+            return Candidate(stream, width, height, gray=False)
+        return None  # CMYK, YCCK, 2 or 4 components, other colour specs
+
+    def decode(self, batch: Sequence[Candidate], cuda_stream: int = 0) -> list[Any]:
+        """Decodes a batch; one entry per candidate: an nvImageCodec Image, or None (failed).
+
+        Colour images come back (H, W, 3) RGB, gray ones (H, W, 1), uint8, ordered on
+        `cuda_stream` (an int cudaStream_t): work queued on it after this call sees them.
+        """
+        results: list[Any] = [None] * len(batch)
+        for gray, params in ((False, self._colour), (True, self._gray)):
+            picked = [i for i, c in enumerate(batch) if c.gray == gray]
+            if not picked:
+                continue
+            streams = [batch[i].stream for i in picked]
+            try:
+                images = self._decoder.decode(streams, params=params, cuda_stream=cuda_stream)
+            except Exception:  # the whole call failed: every file goes to the CPU decoder
+                images = [None] * len(picked)
+            for i, image in zip(picked, images, strict=True):
+                results[i] = image
+        return results
+
+
+def as_tensor(image: Any) -> Any:
+    """A torch tensor sharing the decoded image's memory (DLPack on the GPU, numpy on the host)."""
+    import numpy as np
+    import torch
+
+    nv = module()
+    if image.buffer_kind != nv.ImageBufferKind.STRIDED_DEVICE:
+        return torch.from_numpy(np.asarray(image))
+    try:  # DLPack: torch passes its current stream, nvImageCodec orders its decode before it
+        return torch.from_dlpack(image)
+    except (TypeError, BufferError):  # an older DLPack handshake: the CUDA array interface
+        return torch.as_tensor(image, device=f"cuda:{image.device_id}")
