@@ -257,4 +257,8 @@ def _run(plan, report, settings, verbose: bool):
     except Exception as error:
         if unavailable is not None and isinstance(error, unavailable):
             raise click.UsageError(str(error)) from None
+        if type(error).__name__ == "DeviceUnavailable":  # imgops.engine.device: one line, exit 1
+            from ..cli_common import ImgopsError
+
+            raise ImgopsError(str(error)) from None
         raise
