@@ -12,11 +12,15 @@ import dataclasses
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from .errors import FileFailedError, UsageProblem
-from .planner import STDIO, NameRule, Plan, collect_inputs, plan_outputs
-from .report import Report
+
+if TYPE_CHECKING:  # the planner and report load with the first file (`imgops --help` stays fast)
+    from .planner import NameRule, Plan
+    from .report import Report
+
+STDIO = "-"
 
 __all__ = [
     "DEFAULT_JPEG_QUALITY",
@@ -84,6 +88,8 @@ def output_format(output: str | None, fmt: str | None, name: str | None = None) 
 
 def name_rule(fmt: str, template: str | None, in_dir: bool) -> NameRule:
     """The naming rule for gray outputs of format `fmt`."""
+    from .planner import NameRule
+
     return NameRule(template or (DEFAULT_NAME_IN_DIR if in_dir else DEFAULT_NAME), fmt)
 
 
@@ -173,6 +179,9 @@ def gray_file(
         >>> imgops.gray_file("photo.jpg", "photo_gray.png").outputs
         ['photo_gray.png']
     """
+    from .planner import collect_inputs, plan_outputs
+    from .report import Report
+
     output = None if dst is None else os.fspath(dst)
     fmt = output_format(output, fmt, name)
     sources = collect_inputs([os.fspath(src)], suffixes=IMAGE_SUFFIXES)

@@ -136,11 +136,14 @@ class Report:
         if self._console is None:
             from rich.console import Console
 
-            self._console = Console(file=_Stderr(), highlight=False, emoji=False, markup=False)
+            self._console = Console(file=_Stderr(), highlight=False, emoji=False)
         return self._console
 
     def _print(self, text: str) -> None:
-        self.console.print(text, markup=False, highlight=False, emoji=False, soft_wrap=True)
+        from rich.text import Text
+
+        # A Text is printed as is (no markup in file names); soft_wrap: never wrapped.
+        self.console.print(Text(text), soft_wrap=True)
 
     def error(self, message: str) -> None:
         """One error line, always printed: `imgops: error: MESSAGE`."""
@@ -176,6 +179,9 @@ class Report:
             TimeRemainingColumn(),
             console=self.console,
             transient=False,
+            # Every message goes through self.console already; stdout may carry image data.
+            redirect_stdout=False,
+            redirect_stderr=False,
         ) as bar:
             task = bar.add_task(description, total=total)
             yield lambda n=1: bar.advance(task, n)

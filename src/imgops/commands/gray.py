@@ -37,14 +37,13 @@ from ..gray_files import (
     DEFAULT_PNG_LEVEL,
     FORMATS,
     IMAGE_SUFFIXES,
+    STDIO,
     engine_settings,
     name_rule,
     output_format,
     report_plan,
     run_plan,
 )
-from ..planner import STDIO, collect_inputs, make_output_folders, plan_outputs
-from ..report import Report, write_stats
 
 __all__ = ["DEFAULT_PNG_LEVEL", "FORMATS", "IMAGE_SUFFIXES", "gray"]
 
@@ -157,6 +156,9 @@ def gray(
     Exit status: 0 when every file was written or skipped, 1 if any failed (each named on one
     line; the others are still done), 2 for usage errors (nothing done), 130 on Ctrl-C.
     """
+    from ..planner import make_output_folders
+    from ..report import Report, write_stats
+
     if not inputs and files_from is None:
         raise click.UsageError("no input: give INPUT... or --files-from LIST")
     with planner_errors():
@@ -210,6 +212,8 @@ def _plan(
     overwrite, skip_existing, stats_json,
 ):  # fmt: skip
     """The planner's Plan for these options (PlanError on a batch that cannot run)."""
+    from ..planner import collect_inputs, plan_outputs
+
     sources = collect_inputs(
         inputs,
         recursive=recursive,
@@ -231,7 +235,7 @@ def _plan(
     )
 
 
-def _run(plan, report: Report, settings, verbose: bool):
+def _run(plan, report, settings, verbose: bool):
     """Runs the batch with a progress bar; Ctrl-C prints what was done and exits 130."""
     from ..io.atomic import remove_pending_temporaries
     from ..io.images import quiet_opencv
@@ -253,4 +257,8 @@ def _run(plan, report: Report, settings, verbose: bool):
     except Exception as error:
         if unavailable is not None and isinstance(error, unavailable):
             raise click.UsageError(str(error)) from None
+        if type(error).__name__ == "DeviceUnavailable":  # imgops.engine.device: one line, exit 1
+            from ..cli_common import ImgopsError
+
+            raise ImgopsError(str(error)) from None
         raise
