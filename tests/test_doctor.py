@@ -44,3 +44,35 @@ def test_doctor_json_reports_the_build_and_the_cli_kernels():
     info = json.loads(result.stdout)
     assert info["cli_kernels"] is True  # built ahead of time with the package
     assert {"torch", "cuda_kernels", "problems"} <= set(info)
+
+
+def test_doctor_names_missing_tiff_codecs():
+    from imgops.commands.doctor import codec_problems
+
+    assert codec_problems({"LZW": True, "ZSTD": True}) == []
+    (problem,) = codec_problems({"LZW": False, "ZSTD": True, "JPEG": False})
+    assert "JPEG, LZW" in problem and "imagecodecs" in problem
+
+
+def test_doctor_lists_temporaries_of_killed_runs(tmp_path):
+    import os
+
+    from imgops.commands.doctor import stale_problems
+    from imgops.io.atomic import temporary_path_for
+
+    assert stale_problems([tmp_path]) == []
+    temp = temporary_path_for(tmp_path / "photo_gray.png")
+    dead_pid = 2**22 + 12345  # above any pid_max this test meets
+    temp = temp.with_name(temp.name.replace(f"-{os.getpid()}-", f"-{dead_pid}-"))
+    temp.write_bytes(b"partial")
+    old = temp.stat().st_mtime - 3600
+    os.utime(temp, (old, old))
+    (problem,) = stale_problems([tmp_path])
+    assert str(temp) in problem and "1 temporary file" in problem
+
+
+def test_doctor_shows_the_decoder_and_encoders():
+    from imgops.commands.doctor import codec_info
+
+    info = codec_info()
+    assert info["png level 2"] and "gpu jpeg decoder" in info and "tiff codecs" in info

@@ -12,6 +12,7 @@ import click
 from . import __version__
 from .cli_common import VERBOSITY
 from .commands.bench import bench
+from .commands.bin import bin_command
 from .commands.doctor import doctor
 from .commands.gray import gray
 from .commands.normvol import normvol
@@ -61,6 +62,7 @@ def cli(quiet: bool, verbose: bool) -> None:
 
 cli.add_command(gray)
 cli.add_command(normvol)
+cli.add_command(bin_command)
 cli.add_command(bench)
 cli.add_command(doctor)
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import click
 
 from .._build_support import plan_cuda
@@ -39,6 +41,45 @@ def find_problems(info: dict) -> list[str]:
     return problems
 
 
+def codec_problems(codecs: dict[str, bool]) -> list[str]:
+    """Problems in io.volumes.codec_status(): TIFF compressions this install cannot decode."""
+    missing = sorted(name for name, usable in codecs.items() if not usable)
+    if not missing:
+        return []
+    return [
+        f"TIFF stacks compressed with {', '.join(missing)} cannot be read: install imagecodecs "
+        "(pip install imagecodecs)"
+    ]
+
+
+def stale_problems(folders: list[Path]) -> list[str]:
+    """Temporary files left by killed imgops runs in `folders`, with the command to remove them."""
+    from ..io.atomic import stale_temporaries
+
+    problems = []
+    for folder in folders:
+        stale = stale_temporaries(folder) if folder.is_dir() else []
+        if stale:
+            names = ", ".join(str(path) for path in stale[:3]) + (" ..." if len(stale) > 3 else "")
+            problems.append(
+                f"{len(stale)} temporary file(s) of killed imgops runs in {folder} ({names}); the "
+                "next run writing there removes them, or delete them by hand"
+            )
+    return problems
+
+
+def codec_info() -> dict[str, str]:
+    """Which decoder and encoders the gray command uses here, and which TIFF codecs are usable."""
+    from ..io import gpu_decode, png, volumes
+
+    usable, why = gpu_decode.status()
+    info = {"gpu jpeg decoder": ("nvImageCodec: " if usable else "not used: ") + why}
+    info.update({f"png {level}": backend for level, backend in png.backend_info().items()})
+    codecs = volumes.codec_status()
+    info["tiff codecs"] = ", ".join(f"{k}{'' if v else ' (missing)'}" for k, v in codecs.items())
+    return info
+
+
 def cli_kernels_built() -> bool:
     """Whether imgops._cli_kernels (the torch-free CPU kernels of the command line) imports."""
     try:
@@ -50,20 +91,28 @@ def cli_kernels_built() -> bool:
 
 @click.command()
 @click.option("--json", "as_json", is_flag=True, help="Print build_info() as JSON.")
-def doctor(as_json: bool) -> None:
-    """Show how imgops was built, the GPUs seen, and any problem found with what to do.
+@click.argument(
+    "folders", nargs=-1, type=click.Path(file_okay=False, path_type=Path), metavar="[FOLDER]..."
+)
+def doctor(as_json: bool, folders: tuple[Path, ...]) -> None:
+    """Show how imgops was built, the GPUs seen, the codecs in use, and any problem found with
+    what to do. FOLDERs (default: the current one) are checked for temporary files of killed runs.
 
     \b
     $ imgops doctor
+    $ imgops doctor out/ --json
     """
     import json
 
     import torch
 
     from .._extension import build_info
+    from ..io.volumes import codec_status
 
-    info = {**build_info(), "cli_kernels": cli_kernels_built()}
+    info = {**build_info(), "cli_kernels": cli_kernels_built(), **codec_info()}
     problems = find_problems(info)
+    problems += codec_problems(codec_status())
+    problems += stale_problems(list(folders) or [Path.cwd()])
     if as_json:
         click.echo(json.dumps({**info, "problems": problems}, indent=2))
         return
