@@ -2,8 +2,9 @@
 # On the GPU machine, in one call: build imgops for sm_90, run every test (CUDA ones included),
 # compute-sanitizer memcheck and racecheck over the kernels, the CLI on CPU vs CUDA, and timings.
 # Logs go to $OUT (or ./gpu-check-out); a summary is printed last.
-#   bash scripts/gpu-check.sh [stage...]   stages: build tests sanitize timing cli bench pipeline volume parts
-#   (parts: every scripts/gpu-check.d/*.sh, each area's own GPU checks, run after the build)
+#   bash scripts/gpu-check.sh [stage...]   stages: build tests sanitize cli bench pipeline volume parts
+#   (parts: every scripts/gpu-check.d/*.sh, each area's own GPU checks, run after the build;
+#   PARTS="engine ops" narrows it)
 #   (variants, not in the default list: benchmarks/kernel_variants.cu, the kernel design experiments)
 #   (default: all); TESTS="tests/test_x.py ..." narrows the test stage.
 set -uo pipefail
@@ -11,7 +12,7 @@ cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/gpu-check-out}
 mkdir -p "$OUT"
 PY=${PYTHON:-python3}
-STAGES=${*:-build tests sanitize timing cli bench pipeline volume parts}
+STAGES=${*:-build tests sanitize cli bench pipeline volume parts}
 TESTS=${TESTS:-tests}
 SUMMARY="$OUT/summary.txt"
 : >"$SUMMARY"
@@ -58,10 +59,6 @@ if wants variants; then
     benchmarks/kernel_variants.cu -o /tmp/kernel_variants && /tmp/kernel_variants"
   cat "$OUT/variants.log" | tee -a "$SUMMARY"
 fi
-if wants timing; then
-  run_stage timing $PY scripts/kernel_timing.py
-  cat "$OUT/timing.log" | tee -a "$SUMMARY"
-fi
 if wants cli; then
   run_stage cli bash scripts/cli_cpu_vs_cuda.sh "$OUT"
 fi
@@ -95,6 +92,7 @@ if wants parts; then
   for part in scripts/gpu-check.d/*.sh; do
     [ -f "$part" ] || continue
     name=$(basename "$part" .sh)
+    [ -z "${PARTS:-}" ] || [[ " $PARTS " == *" $name "* ]] || continue
     OUT="$OUT" PY="$PY" run_stage "part-$name" bash "$part"
     tail -n 15 "$OUT/part-$name.log" | tee -a "$SUMMARY"
   done
