@@ -73,11 +73,8 @@ def _engine(op: Any) -> Callable[..., Any]:
     """The single-host batch entry for `op`: run_batch(jobs, op, ...) or, before it, run_gray."""
     from .. import pipeline
 
-    if hasattr(pipeline, "run_batch"):
-        return lambda jobs, settings, on_result: pipeline.run_batch(jobs, op, settings, on_result)
-    if op is None or getattr(op, "name", "gray") == "gray":
-        return pipeline.run_gray
-    raise ValueError(f"this imgops has no batch engine for the op {getattr(op, 'name', op)!r}")
+    chosen = pipeline.GRAY if op is None else op  # no op given: the gray op
+    return lambda jobs, settings, on_result: pipeline.run_batch(jobs, chosen, settings, on_result)
 
 
 def _pid_alive(pid: int) -> bool:
