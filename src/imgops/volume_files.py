@@ -261,7 +261,13 @@ def normalize_file(
                         f"--{end} lists {len(bound)} values, the stack has "
                         f"{info.channels} channels",
                     )
-        plan = plan_chunks(info.shape, info.dtype, dtype, chunk_mb, pinned=device.type == "cuda")
+        plan = plan_chunks(
+            info.shape,
+            info.dtype,
+            dtype,
+            _engine_mb(chunk_mb, target, info, dtype),
+            pinned=device.type == "cuda",
+        )
         say(
             "detail",
             (
@@ -408,6 +414,17 @@ def normalize_file(
         f"{stream.seconds:.2f} s, peak buffers {stream.peak_buffer_bytes / 2**20:.1f} MiB",
     )
     return result
+
+
+def _engine_mb(chunk_mb: float, target: Path, info, dtype: str) -> float:
+    """The engine's share of --chunk-mb: all of it for TIFF; for Zarr, less what the OME-Zarr
+    writer holds (its open blocks and those being compressed), at least half."""
+    if _target_kind(target) != "zarr":
+        return chunk_mb
+    from .io.zarr_io import OmeZarrWriter
+
+    writer_mb = OmeZarrWriter(target, info, dtype, levels=1).buffer_bytes / 2**20
+    return max(chunk_mb / 2, chunk_mb - writer_mb)
 
 
 def _check_compression(target: Path, kind: str, compression: str) -> None:

@@ -336,6 +336,10 @@ class OmeZarrWriter:
         self.block_depth = cz
         self.tile = (tile_y, tile_x)
         self.blocks_at_once = max(1, int(blocks_at_once or _BLOCKS_AT_ONCE))
+        # the blocks filling up (one per plane index inside Z) and those being written, with
+        # their pyramid levels (a third more) and zarr's per-chunk copies: what to take off
+        # the engine's buffer budget
+        self.buffer_bytes = (inner + 2 * self.blocks_at_once) * cz * plane_bytes * 4 // 3
 
     def _level_shape(self, level: int) -> tuple[int, ...]:
         lead = tuple(self.lead_sizes[self.lead_axes.index(a)] for a in self.axes[:-2])
