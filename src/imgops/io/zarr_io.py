@@ -11,7 +11,8 @@ pyramid halving Y and X per level with `imgops.ops.bin` as each block of cz plan
 so memory stays a few blocks. Scale from the physical sizes, `omero` channel windows.
 The store is written under a hidden temporary name (`atomic_store`) and renamed into place at
 the end; the NGFF `multiscales` metadata is written last, so an interrupted write never leaves
-a store that looks like a complete image (only a hidden `.NAME.imgops-tmp-*` folder).
+a store that looks like a complete image (only a hidden `.NAME.imgops-tmp-*` folder, which
+the next run writing a store into that folder removes once its writer is dead).
 """
 
 from __future__ import annotations
@@ -20,7 +21,6 @@ import collections
 import contextlib
 import math
 import os
-import secrets
 import shutil
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -40,6 +40,8 @@ __all__ = [
     "default_levels",
     "is_zarr_path",
     "open_zarr_volume",
+    "remove_stale_stores",
+    "stale_stores",
 ]
 
 TEMP_MARKER = ".imgops-tmp-"
@@ -489,19 +491,23 @@ class _BlockWriter:
 @contextlib.contextmanager
 def atomic_store(target: Path, *, overwrite: bool) -> Iterator[Path]:
     """Yields a hidden temporary store path beside `target`; on success it is renamed onto
-    `target` (an old store is moved aside first and removed after), on any error removed."""
+    `target` (an old store is moved aside first and removed after), on any error removed.
+
+    The temporary names are those of `imgops.io.atomic` (`.<stem>.imgops-tmp-<pid>-<hex>.zarr`),
+    so a store left by a killed run is recognised: the first store this process writes into a
+    folder removes the stale ones there (`remove_stale_stores`).
+    """
+    from .atomic import OutputExistsError, temporary_path_for
+
     target = Path(target)
     if not overwrite and (target.exists() or target.is_symlink()):
-        from .atomic import OutputExistsError
-
         raise OutputExistsError(f"{target}: output exists (use --overwrite)")
-    token = f"{os.getpid()}-{secrets.token_hex(4)}"
-    stem = target.name[: -len(".ome.zarr")] if target.name.endswith(".ome.zarr") else target.stem
-    temp = target.with_name(f".{stem}{TEMP_MARKER}{token}.zarr")
+    _sweep_once(target.parent)
+    temp = temporary_path_for(target)
     try:
         yield temp
         if target.exists() or target.is_symlink():
-            old = target.with_name(f".{stem}{TEMP_MARKER}{token}-old.zarr")
+            old = temporary_path_for(target)
             os.replace(target, old)
             os.replace(temp, target)
             _remove(old)
@@ -509,6 +515,79 @@ def atomic_store(target: Path, *, overwrite: bool) -> Iterator[Path]:
             os.replace(temp, target)
     finally:
         _remove(temp)
+
+
+def stale_stores(folder: str | os.PathLike[str], *, min_age_seconds: float | None = None) -> list:
+    """Temporary Zarr stores (folders) in `folder` left by dead imgops processes and untouched
+    for `min_age_seconds` (default `imgops.io.atomic.STALE_AFTER_SECONDS`)."""
+    import time
+
+    from .atomic import STALE_AFTER_SECONDS, temporary_owner
+
+    age = STALE_AFTER_SECONDS if min_age_seconds is None else min_age_seconds
+    found = []
+    try:
+        entries = list(os.scandir(folder))
+    except OSError:
+        return found
+    for entry in entries:
+        if TEMP_MARKER not in entry.name or not entry.name.endswith(".zarr"):
+            continue
+        pid = temporary_owner(Path(entry.name))
+        if pid is None or pid == os.getpid() or _alive(pid):
+            continue
+        try:
+            if not entry.is_dir(follow_symlinks=False):
+                continue
+            newest = max(entry.stat(follow_symlinks=False).st_mtime, _newest_metadata(entry.path))
+        except OSError:
+            continue
+        if time.time() - newest >= age:
+            found.append(Path(entry.path))
+    return sorted(found)
+
+
+def remove_stale_stores(
+    folder: str | os.PathLike[str], *, min_age_seconds: float | None = None
+) -> list:
+    """Removes the stale temporary stores of `folder` (see `stale_stores`); returns them."""
+    removed = []
+    for path in stale_stores(folder, min_age_seconds=min_age_seconds):
+        _remove(path)
+        if not path.exists():
+            removed.append(path)
+    return removed
+
+
+_swept: set[str] = set()
+
+
+def _sweep_once(folder: Path) -> None:
+    key = os.path.abspath(folder)
+    if key not in _swept:
+        _swept.add(key)
+        remove_stale_stores(folder)
+
+
+def _newest_metadata(store: str) -> float:
+    """The newest mtime of a store's top level and its arrays' folders (chunks land there)."""
+    newest = 0.0
+    with contextlib.suppress(OSError):
+        for entry in os.scandir(store):
+            newest = max(newest, entry.stat(follow_symlinks=False).st_mtime)
+    return newest
+
+
+def _alive(pid: int) -> bool:
+    if pid <= 0:
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # EPERM: it exists, owned by someone else
+        return True
+    return True
 
 
 def _remove(path: Path) -> None:
