@@ -469,3 +469,48 @@ def test_gpu_memory_stays_bounded_whatever_the_batch_size(tmp_path: Path):
         assert run_batch(jobs, GRAY, settings).written == count
         peaks[count] = torch.cuda.max_memory_allocated()
     assert peaks[48] <= 1.25 * peaks[12] + (32 << 20), peaks  # no growth with the batch
+
+
+def test_flip_channels_reverses_uint16_channels_bit_for_bit():
+    import torch
+
+    from imgops.engine.batched import flip_channels
+
+    rng = np.random.default_rng()
+    pixels = rng.integers(0, 65536, size=(5, 7, 3), dtype=np.uint16)
+    flipped = flip_channels(torch.from_numpy(pixels))
+    assert flipped.dtype == torch.uint16
+    assert np.array_equal(flipped.numpy(), pixels[..., ::-1])
+    small = rng.integers(0, 256, size=(4, 3, 3), dtype=np.uint8)
+    assert np.array_equal(flip_channels(torch.from_numpy(small)).numpy(), small[..., ::-1])
+
+
+@needs_nvimgcodec
+def test_jpeg_output_falls_back_to_opencv_when_the_gpu_encoder_cannot_start(tmp_path: Path):
+    from imgops.engine.batched import DeviceEngine
+
+    def no_encoder():
+        raise gpu_decode.GpuDecoderUnavailable("nvImageCodec x cannot encode JPEG: test")
+
+    photos = JPEGS[:3]
+    expected = run_engine("host", GRAY, photos, tmp_path / "host", fmt="jpg")
+    settings = PipelineSettings(device="cpu", jobs=2, batch_size=3, fmt="jpg")
+    jobs = [Job(p, tmp_path / "dev" / f"{p.name}.jpg", p.name) for p in photos]
+    (tmp_path / "dev").mkdir()
+    engine = DeviceEngine(GRAY, settings, "cpu", 2, None, no_encoder)
+    results: list = []
+    engine.run(iter(jobs), results.append)
+    assert [r.status for r in results] == ["written"] * len(photos)
+    notes = [r.note for r in results if r.note]
+    assert len(notes) == 1 and "encoded with OpenCV instead" in notes[0]
+    assert outputs(tmp_path / "dev") == outputs(tmp_path / "host")
+    assert set(expected) == {p.name for p in photos}
+
+
+def test_device_engine_reports_where_its_threads_spend_time(tmp_path: Path):
+    summary_jobs = [Job(p, tmp_path / f"{p.name}.png", p.name) for p in JPEGS[:3]]
+    engine = device_engine(GRAY, PipelineSettings(device="cpu", jobs=2), CPU_PLAN, 2)
+    engine.run(iter(summary_jobs), lambda r: None)
+    phases = engine.phases.snapshot()
+    for name in ("prep.read", "prep.cpu_decode", "device.run", "encode.encode", "encode.write"):
+        assert phases.get(name, 0.0) > 0.0, (name, phases)

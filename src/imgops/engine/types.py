@@ -102,6 +102,9 @@ class Summary:
     decoders: dict[str, int] = field(default_factory=dict)
     #: Why the device/decoder were chosen (for -v and doctor-like reports).
     choice: str | None = None
+    #: Seconds the device engine's threads spent in each of their phases (waits included):
+    #: where a batch on the device path spends its time. Empty on the CPU path.
+    engine: dict[str, float] = field(default_factory=dict)
 
     def add(self, result: JobResult) -> None:
         """Counts one result."""
@@ -128,6 +131,7 @@ class Summary:
             "choice": self.choice,
             "wall_seconds": self.wall_seconds,
             "stage_seconds": dict(self.stage_seconds),
+            "engine_seconds": dict(self.engine),
         }
 
     def line(self) -> str:
