@@ -312,5 +312,5 @@ def test_cuda_jpg_batch_is_encoded_on_the_gpu_not_by_the_fallback(tmp_path: Path
         differ += a != b  # nvJPEG's bytes, not OpenCV's
         pa, pb = decode(a), decode(b)
         assert pa.shape == pb.shape and pb.ndim == 2
-        assert psnr(pa, pb) >= 38.0, path.name
+        assert psnr(pa, pb) >= 36.0, path.name
     assert differ == len(photos)
