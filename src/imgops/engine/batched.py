@@ -12,8 +12,9 @@ Everything overlaps: while the device works on batch k, the prep threads read an
 batch k+1 and the encode threads deflate batch k-1. torch and CUDA start in a background
 thread while the first files are read and parsed; the first nvImageCodec batch needs no torch.
 What bounds memory, whatever the batch size: `window` files in flight in all; CPU-decoded
-images by `startup_buffer_bytes`; device memory by two batches of `batch_bytes`; rows coming
-back by the pinned pool (`pinned_bytes`).
+images by `startup_buffer_bytes`; device memory by two batches of `batch_bytes` (by
+`startup_device_bytes` while torch starts); rows coming back by the pinned pool
+(`pinned_bytes`).
 
 A file nvImageCodec cannot decode (or an out-of-memory batch) goes through the CPU path
 (HostWorker) instead, with the same bits; a failing file never stops the others.
@@ -170,7 +171,8 @@ class DeviceEngine:
         self._jpeg_factory = jpeg_encoder_factory
         self.decoder: Any = None
         self.max_pixels = settings.max_pixels or default_max_pixels()
-        self.window = 2 * settings.batch_size + 2 * workers
+        # Four batches: while torch starts, the first ones decode and wait on the device.
+        self.window = 4 * settings.batch_size + 2 * workers
         self.filtered = None  # set on the device thread
         self.pool: BufferPool | None = None
         self.max_in_flight = 0
@@ -268,7 +270,7 @@ class DeviceEngine:
     def _device_loop(self) -> None:
         """Gathers batches, decodes them, runs them on the device, hands rows to the encoders.
 
-        Until torch is ready, decoded batches wait (at most two batches' bytes): the first
+        Until torch is ready, decoded batches wait (at most startup_device_bytes): the first
         decodes overlap the start-up of torch and CUDA.
         """
         retiring: tuple[Any, list[Any]] | None = None
@@ -280,7 +282,7 @@ class DeviceEngine:
                     waiting.append((batch, self._decode_batch(batch)))
                 ready = self.torch_stage.future.done()
                 held = sum(self._item_bytes(i) for b, _ in waiting for i in b)
-                if batch is not None and not ready and held < 2 * self.settings.batch_bytes:
+                if batch is not None and not ready and held < self.settings.startup_device_bytes:
                     continue
                 if batch is None and not waiting:
                     break
@@ -356,7 +358,9 @@ class DeviceEngine:
         handle = stage.result().stream_handle() if stage.done() and not stage.exception() else 0
         decoded = self.decoder.decode([batch[i].candidate for i in picked], handle)
         took = time.perf_counter() - start
-        self.phases.add("device.decode", took)
+        first = not getattr(self, "_decoded_once", False)
+        self._decoded_once = True
+        self.phases.add("device.decode_first" if first else "device.decode", took)
         share = took / len(picked)
         images = {}
         for i, image in zip(picked, decoded, strict=True):
@@ -435,6 +439,9 @@ class DeviceEngine:
                     item.extra["out_shape"] = tuple(item.output.shape)
                     item.extra["itemsize"] = item.output.element_size()
                     item.output = self._to_output(item.output, item.order, stage)
+                # The copies back and the batch's event go on the same stream as the kernels:
+                # an encode thread that waits for the event then reads finished rows.
+                event = self._send_back(stage, live, time.perf_counter() - start)
         except torch.OutOfMemoryError:
             for item in batch:
                 item.output = None
@@ -448,7 +455,6 @@ class DeviceEngine:
                     item.result.note = "out of GPU memory for this batch: converted on the CPU"
                     self._fallback(item, "out of GPU memory")
             return None, []
-        event = self._send_back(stage, live, time.perf_counter() - start)
         self.phases.add("device.run", time.perf_counter() - start - self._pool_wait)
         return event, keep
 
