@@ -285,7 +285,7 @@ def test_device_engine_keeps_a_bounded_number_of_files_in_flight(tmp_path: Path)
 def test_buffer_pool_reuses_buffers_and_waits_at_its_limit():
     import threading
 
-    pool = BufferPool(1000, pin=False)
+    pool = BufferPool(1000, pin=False, granule=1)
     first = pool.acquire(600)
     pool.release(first)
     assert pool.acquire(500) is first and pool.allocated == 1
@@ -298,6 +298,14 @@ def test_buffer_pool_reuses_buffers_and_waits_at_its_limit():
     pool.release(second)
     waiter.join(2)
     assert got == [second] and pool.peak_bytes <= 1000
+
+
+def test_buffer_pool_serves_nearby_sizes_from_one_buffer():
+    pool = BufferPool(10 << 20, pin=False, granule=1 << 20)
+    first = pool.acquire((3 << 20) + 5)  # rounded up to 4 MiB
+    assert first.numel() == 4 << 20
+    pool.release(first)
+    assert pool.acquire((4 << 20) - 7) is first and pool.allocated == 1
 
 
 def test_byte_budget_lets_one_oversized_request_through():
@@ -438,7 +446,10 @@ def test_gpu_jpeg_output_is_close_to_the_cpu_encoders(tmp_path: Path):
         (tmp_path / device).mkdir()
         jobs = [Job(p, tmp_path / device / f"{p.stem}.jpg", p.name) for p in photos]
         settings = PipelineSettings(device=device, fmt="jpg", jpeg_quality=90)
-        assert run_batch(jobs, GRAY, settings).written == len(photos)
+        notes: list = []
+        summary = run_batch(jobs, GRAY, settings, lambda r: notes.append(r.note))
+        assert summary.written == len(photos)
+        assert not any(note and "OpenCV instead" in note for note in notes)  # nvJPEG encoded
     for path in photos:
         a = cv2.imread(str(tmp_path / "cpu" / f"{path.stem}.jpg"), cv2.IMREAD_UNCHANGED)
         b = cv2.imread(str(tmp_path / "cuda" / f"{path.stem}.jpg"), cv2.IMREAD_UNCHANGED)

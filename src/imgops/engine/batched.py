@@ -183,7 +183,10 @@ class DeviceEngine:
         """Feeds jobs (at most `window` in flight), reports results in this thread."""
         if self._decoder_factory is not None:
             self.decoder = self._decoder_factory()  # raises GpuDecoderUnavailable early
-        prep = ThreadPoolExecutor(self.workers, thread_name_prefix="imgops-prep")
+        # Reading and a header check take a few ms a file; with GPU decode, half the workers do
+        # it and the rest of the cores stay with the encodes (the CPU decodes need them all).
+        preps = self.workers if self.decoder is None else max(2, self.workers // 2)
+        prep = ThreadPoolExecutor(preps, thread_name_prefix="imgops-prep")
         self.encoders = ThreadPoolExecutor(self.workers, thread_name_prefix="imgops-encode")
         device_thread = threading.Thread(target=self._device_loop, name="imgops-device")
         device_thread.start()

@@ -87,7 +87,8 @@ class PipelineSettings:
     #: decode meanwhile; bounds GPU memory during start-up).
     startup_device_bytes: int = 4 << 30
     #: Pinned host memory for rows coming back from the device (bounds host memory).
-    pinned_bytes: int = 512 << 20
+    #: Two batches of 4K gray rows are ~0.7 GB; less makes the device thread wait for encodes.
+    pinned_bytes: int = 2 << 30
 
 
 @dataclass
