@@ -571,6 +571,11 @@ class DeviceEngine:
         out: list[bytes | None] = [None] * len(live)
         for i, data in zip(picked, encoded, strict=True):
             out[i] = data
+            if data is None:  # tiny or refused: said, so the encoder is never a mystery
+                shape = "x".join(map(str, tensors[i].shape))
+                live[i].result.note = join_notes(
+                    live[i].result.note, f"nvJPEG did not encode it ({shape}): OpenCV instead"
+                )
         return out
 
     # ---------------------------------------------------------------- encode threads
