@@ -10,7 +10,7 @@ import sys
 import click
 
 from . import __version__
-from .cli_common import VERBOSITY
+from .cli_common import VERBOSITY, set_group_verbosity
 from .commands.bench import bench
 from .commands.bin import bin_command
 from .commands.doctor import doctor
@@ -47,7 +47,8 @@ def _print_version(ctx: click.Context, param: click.Parameter, value: bool) -> N
 )
 @click.option("-q", "--quiet", is_flag=True, help="No progress, no summary (errors still print).")
 @click.option("-v", "--verbose", is_flag=True, help="More detail, and tracebacks on errors.")
-def cli(quiet: bool, verbose: bool) -> None:
+@click.pass_context
+def cli(ctx: click.Context, quiet: bool, verbose: bool) -> None:
     """imgops: images and 3-D scans to analysis-ready data, on the GPU when there is one.
 
     -q and -v may be given before the command (imgops -q gray ...) or after it.
@@ -57,7 +58,7 @@ def cli(quiet: bool, verbose: bool) -> None:
     $ imgops normvol scan.tif --max 4095
     $ imgops doctor
     """
-    VERBOSITY.quiet, VERBOSITY.verbose = quiet, verbose
+    set_group_verbosity(ctx, quiet, verbose)
 
 
 cli.add_command(gray)

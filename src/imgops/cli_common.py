@@ -39,25 +39,37 @@ class FileError(ImgopsError):
 
 @dataclass
 class Verbosity:
-    """-q/-v as given to the group or to a command (the last one set wins); read by cli.main."""
+    """-q/-v of the invocation running now (the group's or the command's); read by cli.main."""
 
     quiet: bool = False
     verbose: bool = False
 
 
-#: The process's -q/-v (the group's options and each command's set it).
+#: The current invocation's -q/-v. Set afresh by the group and by every command's -q/-v
+#: callbacks, never carried from one invocation to the next (CliRunner runs many in a process).
 VERBOSITY = Verbosity()
+
+#: Where the group leaves its -q/-v for the command's options (click shares ctx.meta).
+_GROUP_KEY = "imgops.verbosity"
+
+
+def set_group_verbosity(ctx: click.Context, quiet: bool, verbose: bool) -> None:
+    """Records the group's -q/-v (imgops -q gray ...) for the command about to run."""
+    ctx.meta[_GROUP_KEY] = Verbosity(quiet=quiet, verbose=verbose)
+    VERBOSITY.quiet, VERBOSITY.verbose = quiet, verbose
+
+
+def _group_verbosity(ctx: click.Context) -> Verbosity:
+    return ctx.meta.get(_GROUP_KEY) or Verbosity()
 
 
 def _set_quiet(ctx: click.Context, param: click.Parameter, value: bool) -> bool:
-    if value:
-        VERBOSITY.quiet = True
+    VERBOSITY.quiet = bool(value) or _group_verbosity(ctx).quiet
     return VERBOSITY.quiet
 
 
 def _set_verbose(ctx: click.Context, param: click.Parameter, value: bool) -> bool:
-    if value:
-        VERBOSITY.verbose = True
+    VERBOSITY.verbose = bool(value) or _group_verbosity(ctx).verbose
     return VERBOSITY.verbose
 
 
