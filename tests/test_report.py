@@ -91,3 +91,25 @@ def test_library_reports_do_not_print_failures(monkeypatch: pytest.MonkeyPatch):
     report = Report(print_errors=False)
     report.fail("a", "bad")
     assert report.failed == 1 and stream.getvalue() == ""
+
+
+def test_decoder_warnings_are_reported_with_their_file_in_a_real_run(tmp_path: Path):
+    """libpng's own line (a bad tEXt CRC) reaches the report as `FILE: warning`, never raw."""
+    import struct
+    import subprocess
+
+    png = SAMPLE.read_bytes()
+    chunk = b"tEXt" + b"Comment\x00hi"
+    bad = tmp_path / "bad.png"
+    bad.write_bytes(png[:33] + struct.pack(">I", 10) + chunk + b"\x00\x00\x00\x01" + png[33:])
+    process = subprocess.run(
+        [sys.executable, "-c", "from imgops.cli import main; main()", "gray", str(bad)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert process.returncode == 0, process.stderr
+    assert process.stderr.splitlines() == [
+        f"{bad}: libpng warning: tEXt: CRC error",
+        "1 written, 0 skipped, 0 failed",
+    ]

@@ -16,7 +16,7 @@ from .commands.bin import bin_command
 from .commands.doctor import doctor
 from .commands.gray import gray
 from .commands.normvol import normvol
-from .io import signals
+from .io import decoder_warnings, signals
 from .io.atomic import remove_pending_temporaries
 
 
@@ -69,8 +69,13 @@ cli.add_command(doctor)
 
 
 def main() -> None:
-    """Entry point: runs the CLI; Ctrl-C exits 130 and SIGTERM 143, leaving no partial output."""
+    """Entry point: runs the CLI; Ctrl-C exits 130 and SIGTERM 143, leaving no partial output.
+
+    Decoder warnings that C libraries print on descriptor 2 are captured from here on and
+    reported with the file they came from (imgops.io.decoder_warnings).
+    """
     signals.install()
+    decoder_warnings.install()  # libpng/libjpeg lines: attributed to their file, not raw on fd 2
     try:
         result = cli.main(standalone_mode=False)
     except click.exceptions.Abort:
