@@ -73,11 +73,15 @@ def _set_verbose(ctx: click.Context, param: click.Parameter, value: bool) -> boo
     return VERBOSITY.verbose
 
 
+#: Files from which `imgops gray --device auto` picks CUDA: imgops.engine.device.CUDA_MIN_FILES
+#: (repeated here so that --help does not import the engine; tests/test_cli_help.py checks it).
+GRAY_CUDA_MIN_FILES = 200
+
 #: What --device auto means, for every command.
 DEVICE_HELP = (
-    "auto: the GPU when one is usable (a CUDA GPU visible and imgops' CUDA kernels built) and "
-    "the work is large enough to repay starting it, else the CPU; or cpu, cuda, cuda:N. Every "
-    "device gives the same bits."
+    "auto: the GPU when it pays (a CUDA GPU visible and imgops' CUDA kernels built; gray also "
+    f"needs nvImageCodec and at least {GRAY_CUDA_MIN_FILES} files), else the CPU; or cpu, "
+    "cuda, cuda:N. Every device gives the same bits."
 )
 
 
