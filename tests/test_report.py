@@ -113,3 +113,21 @@ def test_decoder_warnings_are_reported_with_their_file_in_a_real_run(tmp_path: P
         f"{bad}: libpng warning: tEXt: CRC error",
         "1 written, 0 skipped, 0 failed",
     ]
+
+
+@pytest.mark.parametrize(
+    ("args", "captured"),
+    [
+        (["gray", "a.png"], True),
+        (["-q", "gray", "a.png"], True),
+        (["gray", "--help"], False),
+        (["--help"], False),
+        (["-h"], False),
+        (["normvol", "s.tif"], False),
+        ([], False),
+    ],
+)
+def test_descriptor_2_is_captured_only_for_runs_that_decode_images(args, captured):
+    from imgops.cli import _decodes_images
+
+    assert _decodes_images(args) is captured

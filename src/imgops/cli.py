@@ -68,14 +68,29 @@ cli.add_command(bench)
 cli.add_command(doctor)
 
 
+#: Commands whose decoders (OpenCV's libpng, libjpeg, libtiff) print on descriptor 2.
+_DECODING_COMMANDS = frozenset({"gray"})
+
+
+def _decodes_images(args: list[str]) -> bool:
+    """Whether this run decodes images (`imgops [-q|-v] gray ...`, not a --help): only then is
+    descriptor 2 captured. The capture's exit waits up to 0.2 s for its reader thread
+    (imgops.io.decoder_warnings.uninstall), which `imgops --help` must not pay."""
+    if "-h" in args or "--help" in args:
+        return False
+    command = next((a for a in args if not a.startswith("-")), None)
+    return command in _DECODING_COMMANDS
+
+
 def main() -> None:
     """Entry point: runs the CLI; Ctrl-C exits 130 and SIGTERM 143, leaving no partial output.
 
-    Decoder warnings that C libraries print on descriptor 2 are captured from here on and
-    reported with the file they came from (imgops.io.decoder_warnings).
+    For commands that decode images, warnings that C libraries print on descriptor 2 are
+    captured from here on and reported with the file they came from (imgops.io.decoder_warnings).
     """
     signals.install()
-    decoder_warnings.install()  # libpng/libjpeg lines: attributed to their file, not raw on fd 2
+    if _decodes_images(sys.argv[1:]):
+        decoder_warnings.install()  # libpng/libjpeg lines: attributed to their file, not raw
     try:
         result = cli.main(standalone_mode=False)
     except click.exceptions.Abort:
