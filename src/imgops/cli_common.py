@@ -9,14 +9,14 @@ Nothing here imports torch: `imgops --help` must stay fast.
 from __future__ import annotations
 
 import contextlib
-import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import click
 
 from .errors import OVERWRITE_HINT, PlanError
+from .report import Report as Reporter  # noqa: F401  (the one Report, under the name bench uses)
 
 
 class ImgopsError(click.ClickException):
@@ -197,45 +197,3 @@ def resolve_device(name: str):
     if device.index is not None and device.index >= torch.cuda.device_count():
         raise ImgopsError(f"--device {name}: only {torch.cuda.device_count()} GPU(s) visible")
     return device
-
-
-@dataclass
-class Reporter:
-    """Messages and progress on stderr; silent with -q, detailed with -v."""
-
-    quiet: bool = False
-    verbose: bool = False
-
-    @property
-    def show_progress(self) -> bool:
-        return not self.quiet and sys.stderr.isatty()
-
-    def info(self, message: str) -> None:
-        if not self.quiet:
-            click.echo(message, err=True)
-
-    def detail(self, message: str) -> None:
-        if self.verbose and not self.quiet:
-            click.echo(message, err=True)
-
-    def error(self, message: str) -> None:
-        """Errors are printed even with -q: one line each."""
-        click.echo(f"imgops: error: {message}", err=True)
-
-    @contextlib.contextmanager
-    def progress(self, description: str, total: float | None) -> Iterator[Callable[..., None]]:
-        """A rich progress bar on stderr (only on a terminal); yields advance(n=1)."""
-        from rich.console import Console
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
-
-        with Progress(
-            "[progress.description]{task.description}",
-            BarColumn(),
-            MofNCompleteColumn(),
-            TimeRemainingColumn(),
-            console=Console(stderr=True),
-            disable=not self.show_progress,
-            transient=False,
-        ) as bar:
-            task = bar.add_task(description, total=total)
-            yield lambda n=1: bar.advance(task, n)
