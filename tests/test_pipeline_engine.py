@@ -557,3 +557,27 @@ def test_many_large_images_on_cuda_equal_the_cpu_paths_bytes(tmp_path: Path, dec
             ours = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_UNCHANGED)
             theirs = cv2.imdecode(np.frombuffer(digests["cpu"][name], np.uint8), -1)
             assert np.abs(ours.astype(int) - theirs.astype(int)).max() <= 1, name
+
+
+@pytest.mark.parametrize("kind", ["host", "device"])
+def test_an_interrupted_batch_counts_every_file_it_finished(tmp_path: Path, kind: str):
+    """Ctrl-C (here: the result callback raising it) lets the files in progress finish; each
+    finished file is complete on disk and must be counted, or the summary lies."""
+    photos = (JPEGS * 4)[:10]
+    jobs = [Job(p, tmp_path / f"{i:02d}.png", f"{i:02d}") for i, p in enumerate(photos)]
+    settings = PipelineSettings(device="cpu", jobs=2, batch_size=3)
+    reported: list = []
+
+    def on_result(result) -> None:
+        reported.append(result)
+        if len(reported) == 1:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        if kind == "host":
+            run_batch(jobs, GRAY, settings, on_result)
+        else:
+            device_engine(GRAY, settings, CPU_PLAN, 2).run(iter(jobs), on_result)
+    written = sorted(p.name for p in tmp_path.glob("*.png"))
+    assert sorted(f"{r.job.label}.png" for r in reported if r.status == "written") == written
+    assert 1 <= len(written) < len(photos)

@@ -87,3 +87,23 @@ for path in sorted(glob.glob(os.path.join(sys.argv[1], "profile-c*.json")) + glo
 PYEOF
 cat "$OUT/profile-wall.txt" "$OUT/profile-startup.txt"
 head -n 60 "$OUT/profile-sampler-cuda.txt"
+# The crossover of --device auto, from a two-point model per device (wall = fixed + files / rate,
+# fitted to the 800-file and the 4x batch; process walls, start-up included).
+$PY - "$OUT/profile-wall.txt" "$COUNT" <<'PYEOF' | tee -a "$OUT/profile-wall.txt"
+import re, statistics, sys
+text = open(sys.argv[1]).read()
+small = int(sys.argv[2])
+fit = {}
+for device in ("cuda", "cpu"):
+    a = statistics.median([int(m) / 1000 for m in re.findall(rf"(?m)^{device} rc=0 wall (\d+) ms", text)])
+    b = [int(m) / 1000 for m in re.findall(rf"(?m)^big {device} rc=0 wall (\d+) ms", text)][0]
+    rate = 3 * small / (b - a)
+    fixed = a - small / rate
+    fit[device] = (fixed, rate)
+    print(f"model {device}: {fixed:.2f} s fixed + files / {rate:.1f} files/s")
+(fc, rc), (fp, rp) = fit["cuda"], fit["cpu"]
+if rc > rp:
+    print(f"model crossover: CUDA first from {int((fc - fp) / (1 / rp - 1 / rc)) + 1} files")
+else:
+    print("model crossover: none (the CPU path is faster per file)")
+PYEOF

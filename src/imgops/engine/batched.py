@@ -208,12 +208,25 @@ class DeviceEngine:
                     raise outcome
                 in_flight -= 1
                 on_result(outcome)
-        finally:
-            self.stop.set()
-            self.items.put(_DONE)
-            prep.shutdown(wait=True, cancel_futures=True)
-            device_thread.join()
-            self.encoders.shutdown(wait=True, cancel_futures=True)
+        except BaseException:
+            self._shut_down(prep, device_thread)
+            # Files finished while the batch stopped are complete on disk: count them.
+            while True:
+                try:
+                    outcome = self.results.get_nowait()
+                except queue.Empty:
+                    break
+                if isinstance(outcome, JobResult) and outcome.status in ("written", "skipped"):
+                    on_result(outcome)
+            raise
+        self._shut_down(prep, device_thread)
+
+    def _shut_down(self, prep: ThreadPoolExecutor, device_thread: threading.Thread) -> None:
+        self.stop.set()
+        self.items.put(_DONE)
+        prep.shutdown(wait=True, cancel_futures=True)
+        device_thread.join()
+        self.encoders.shutdown(wait=True, cancel_futures=True)
 
     # ---------------------------------------------------------------- prep threads
     def _prep(self, job: Job) -> None:
