@@ -226,3 +226,25 @@ def test_a_later_run_removes_stale_temporary_stores_of_dead_runs(zcyx: Path):
     assert "out.ome.zarr" in left and not any(
         ".out.ome.imgops-tmp-" in name for name in left
     )  # its own temporary store became the output
+
+
+def test_blocks_written_at_once_give_the_same_store_bytes_as_one_at_a_time(zcyx: Path):
+    from imgops.io import zarr_io
+    from imgops.io.volumes import open_volume
+
+    def store_bytes(store: Path) -> dict[str, bytes]:
+        return {str(p.relative_to(store)): p.read_bytes() for p in store.rglob("*") if p.is_file()}
+
+    stores = {}
+    with open_volume(zcyx) as reader:
+        planes = reader.read(0, reader.info.depth).astype(np.float32) / np.float32(1000)
+        for at_once in (1, 3):
+            store = zcyx.with_name(f"s{at_once}.ome.zarr")
+            writer = zarr_io.OmeZarrWriter(
+                store, reader.info, "float32", levels=3, chunk_bytes=1, blocks_at_once=at_once
+            )
+            assert writer.chunk_depth == 1 and writer.blocks_at_once == at_once
+            writer.write_pages(iter(planes))
+            stores[at_once] = store_bytes(store)
+    assert len([k for k in stores[1] if "/c/" in k]) >= 3 * reader.info.depth  # every block
+    assert stores[1] == stores[3]

@@ -49,7 +49,7 @@ ZARR_COMPRESSIONS = ("zstd", "blosc", "zlib", "none")
 _CHUNK_BYTES = 4 << 20  # uncompressed bytes per chunk, about
 _BLOCK_BUFFER_BYTES = 256 << 20  # planes held while blocks of cz planes fill up, at most
 _TILE = 512
-_BLOCKS_AT_ONCE = 3  # blocks (each with its pyramid levels) being compressed and written at once
+_BLOCKS_AT_ONCE = 2  # blocks (each with its pyramid levels) being compressed and written at once
 
 
 def is_zarr_path(path: Path) -> bool:
@@ -412,8 +412,10 @@ class OmeZarrWriter:
             raise ValueError(f"expected {self.info.depth} planes, got {count}")
 
     def _write_block(self, arrays, key: tuple, block: np.ndarray) -> None:
+        """Writes one block of cz planes and its pyramid levels (one zarr call for all)."""
         z0 = key[-1]
         lead = list(key[:-1])
+        writes = []
         for level, array in enumerate(arrays):
             if level:
                 block = downsample_yx(block)
@@ -421,7 +423,8 @@ class OmeZarrWriter:
             fixed = iter(lead)
             for axis in self.axes[:-2]:
                 where.append(slice(z0, z0 + block.shape[0]) if axis == "Z" else next(fixed))
-            array[tuple(where)] = block if "Z" in self.axes else block[0]
+            writes.append((array, tuple(where), block if "Z" in self.axes else block[0]))
+        _store_together(writes)
 
     def _attributes(self) -> dict[str, Any]:
         sizes, units = _physical_scale(self.info)
@@ -441,6 +444,24 @@ class OmeZarrWriter:
             name=self.name,
             version=self.ngff_version,
         )
+
+
+def _store_together(writes: list[tuple[Any, tuple, np.ndarray]]) -> None:
+    """`array[where] = data` for every write, as one zarr call: the levels' chunks are encoded
+    and stored concurrently on zarr's own loop and codec threads (a pyramid level's block is
+    often a single chunk, which alone would keep one core busy)."""
+    if len(writes) == 1:
+        array, where, data = writes[0]
+        array[where] = data
+        return
+    import asyncio
+
+    from zarr.core.sync import sync
+
+    async def store_all() -> None:
+        await asyncio.gather(*(a.async_array.setitem(w, d) for a, w, d in writes))
+
+    sync(store_all())
 
 
 class _BlockWriter:
