@@ -581,3 +581,18 @@ def test_an_interrupted_batch_counts_every_file_it_finished(tmp_path: Path, kind
     written = sorted(p.name for p in tmp_path.glob("*.png"))
     assert sorted(f"{r.job.label}.png" for r in reported if r.status == "written") == written
     assert 1 <= len(written) < len(photos)
+
+
+@pytest.mark.parametrize("name", ["rocket_baseline_rgb.jpg", "flower_progressive_3mp.jpg"])
+def test_the_fast_whole_jpeg_check_agrees_with_the_full_scan(name: str):
+    from imgops.io.gpu_decode import jpeg_is_whole
+    from imgops.io.images import jpeg_structure_problem
+
+    data = (SAMPLES / name).read_bytes()
+    step = 1 if len(data) < 100_000 else 97
+    lengths = list(range(2, len(data), step)) + list(range(len(data) - 16, len(data) + 1))
+    for cut in lengths:
+        part = data[:cut]
+        assert jpeg_is_whole(part) == (jpeg_structure_problem(part) is None), cut
+    for tail in (b"\x00" * 3, b"\xff\xd9", b"\xff\xd8\xff\xe0\x00\x10", data[:500]):
+        assert jpeg_is_whole(data + tail) == (jpeg_structure_problem(data + tail) is None)
