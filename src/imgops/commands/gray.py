@@ -193,6 +193,10 @@ def gray(
             expected_files=len(plan.tasks),
             stdout=click.open_file(STDIO, "wb") if output == STDIO else None,
         )
+    if scheduler is not None:  # before anything is done: one line naming imgops[dask]
+        from ..dask import require_dask
+
+        require_dask("distributed")
     report = Report(quiet=quiet or VERBOSITY.quiet, verbose=verbose or VERBOSITY.verbose)
     if output_dir is not None:
         make_output_folders(plan)

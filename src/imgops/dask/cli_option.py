@@ -76,7 +76,7 @@ def run_batch_with_scheduler(
     on_result: Callable[[JobResult], None] | None = None,
 ) -> Summary:
     """pipeline.run_batch(jobs, op, settings, on_result), on the cluster `spec` names."""
-    from .batch import remove_stale_temporaries, run_batch_distributed
+    from .batch import remove_stale_temporaries_of, run_batch_distributed
     from .cluster import connect, parse_spec
 
     job_list = list(jobs)
@@ -88,7 +88,7 @@ def run_batch_with_scheduler(
         raise click.UsageError(f"--scheduler: {error}") from None
     finally:
         if local:  # workers killed with the cluster may leave temporaries of unfinished files
-            remove_stale_temporaries(job.target for job in job_list if job.target is not None)
+            remove_stale_temporaries_of(job.target for job in job_list if job.target is not None)
 
 
 def run_gray_with_scheduler(
