@@ -237,17 +237,23 @@ def _ome_attributes(
     """The NGFF attributes of imgops.io.ome (the single-process writer's definition)."""
     from ..io.ome import ngff_attributes
 
+    sizes = dict(layout.scales)
+    units = dict(layout.units)
+    if not sizes and source.scale and len(source.scale) == len(axes):  # the input's own NGFF
+        sizes = {axis: float(value) for axis, value in zip(axes, source.scale, strict=True)}
+    if not units and source.axes:
+        units = {a: e.get("unit") for a, e in zip(axes, source.axes, strict=False) if e.get("unit")}
     scales = []
     for level in range(levels):
         scale = []
         for axis in axes:
-            value = layout.scales.get(axis, 1.0) if axis != "C" else 1.0
+            value = sizes.get(axis, 1.0) if axis != "C" else 1.0
             scale.append(value * (2**level) if axis in "YX" else value)
         scales.append(scale)
     return ngff_attributes(
         axes=axes,
         scales=scales,
-        units=dict(layout.units),
+        units=units,
         windows=windows,
         channel_names=None,
         name=source.path.name,
