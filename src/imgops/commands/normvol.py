@@ -302,7 +302,7 @@ def _run_on_cluster(plan, report, options: dict, scheduler: str) -> None:
     """The plan on the Dask cluster `scheduler` names: inputs that cannot go there fail
     without starting one, then one connection serves every volume."""
     from ..dask import require_dask
-    from ..dask.cli_option import check_volume_task, normalize_on_cluster
+    from ..dask.cli_option import VOLUME_PRELOAD, check_volume_task, normalize_on_cluster
     from ..dask.cluster import connect
 
     require_dask("dask.array", "distributed", "zarr")
@@ -324,7 +324,7 @@ def _run_on_cluster(plan, report, options: dict, scheduler: str) -> None:
     if len(problems) == len(plan.tasks):  # nothing for a cluster to do
         run_plan(plan, report, work_on(None), "normvol")
         return
-    with connect(scheduler) as client:
+    with connect(scheduler, preload=VOLUME_PRELOAD) as client:
         run_plan(plan, report, work_on(client), "normvol")
 
 

@@ -68,6 +68,11 @@ scheduler_option = click.option(
 )
 
 
+#: What local workers import before their first task (imgops.dask.cluster.connect's preload).
+BATCH_PRELOAD = ("cv2", "imgops.engine", "imgops.pipeline")
+VOLUME_PRELOAD = ("torch", "zarr", "imgops.ops", "imgops.volume")
+
+
 def run_batch_with_scheduler(
     spec: str,
     jobs: Iterable[GrayJob],
@@ -82,7 +87,7 @@ def run_batch_with_scheduler(
     job_list = list(jobs)
     local = parse_spec(spec).kind != "address"
     try:
-        with connect(spec) as client:
+        with connect(spec, preload=BATCH_PRELOAD) as client:
             return run_batch_distributed(job_list, op, settings, on_result, client)
     except ValueError as error:  # stdin/stdout jobs
         raise click.UsageError(f"--scheduler: {error}") from None
@@ -246,5 +251,5 @@ def normalize_with_scheduler(
     """normalize_on_cluster on the cluster `spec` names (started and closed here)."""
     from .cluster import connect
 
-    with connect(spec) as client:
+    with connect(spec, preload=VOLUME_PRELOAD) as client:
         return normalize_on_cluster(client, src, dst, options, reporter=reporter)
