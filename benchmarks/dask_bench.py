@@ -240,6 +240,11 @@ def photo_cli(folder: Path, count: int, workers: int, repeats: int) -> dict:
         "single_seconds": times["single"],
         "dask_seconds": times["dask"],
         "ratio": dask_s / single_s,
+        # each dask run against the single run just before it: steadier on a shared machine
+        "pair_ratios": [d / s for s, d in zip(times["single"], times["dask"], strict=True)],
+        "median_pair_ratio": statistics.median(
+            d / s for s, d in zip(times["single"], times["dask"], strict=True)
+        ),
         "dask_engine_wall_seconds": stats.get("wall_seconds"),
         "identical_outputs": same,
     }

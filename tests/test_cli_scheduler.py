@@ -241,3 +241,15 @@ def test_scheduler_with_stdin_or_stdout_is_a_usage_error(tmp_path):
     assert result.exit_code == 2
     result = invoke("gray", "-d", tmp_path, "--scheduler", "nonsense", SAMPLES / "coffee_rgb.png")
     assert result.exit_code == 2 and "unknown scheduler" in result.stderr
+
+
+def test_ome_chunks_are_the_single_process_tiles_where_the_blocks_allow():
+    da = pytest.importorskip("dask.array")
+    from imgops.dask.volume import ome_chunks
+
+    blocks = da.zeros((64, 1024, 2048), chunks=(8, 1024, 2048), dtype="float32")
+    assert ome_chunks(blocks, "ZYX", "float32") == (4, 512, 512)  # as imgops.io.zarr_io
+    odd = da.zeros((2, 9, 601, 531), chunks=(1, 3, 600, 531), dtype="float32")
+    chunks = ome_chunks(odd, "CZYX", "float32")
+    assert chunks == (1, 3, 300, 177)  # divisors: every block still writes whole chunks
+    assert all(b % c == 0 for b, c in zip((1, 3, 600, 531), chunks, strict=True))

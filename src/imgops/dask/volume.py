@@ -193,6 +193,29 @@ def _store_chunks(arr) -> tuple[int, ...]:
     return tuple(int(c[0]) if c else 1 for c in arr.chunks)
 
 
+def _largest_divisor(size: int, limit: int) -> int:
+    """The largest divisor of `size` that is at most `limit` (at least 1)."""
+    for d in range(min(size, max(1, limit)), 0, -1):
+        if size % d == 0:
+            return d
+    return 1
+
+
+def ome_chunks(arr, axes: str, dtype: str) -> tuple[int, ...]:
+    """Output chunks near imgops.io.zarr_io's (<= 512 x 512 tiles, ~4 MiB, 1 per C and T) that
+    divide the dask blocks, so each block still writes whole chunks no other task touches."""
+    from ..io.zarr_io import _CHUNK_BYTES, _TILE
+
+    blocks = _store_chunks(arr)
+    tile_y, tile_x = (_largest_divisor(b, _TILE) for b in blocks[-2:])
+    itemsize = np.dtype(dtype).itemsize
+    depth = max(1, min(_CHUNK_BYTES // max(1, tile_y * tile_x * itemsize), 64))
+    lead = []
+    for axis, block in zip(axes[:-2], blocks[:-2], strict=True):
+        lead.append(_largest_divisor(block, depth) if axis == "Z" else 1)
+    return (*lead, tile_y, tile_x)
+
+
 def _create_plain(temp: Path, arr, dtype: str) -> list[str]:
     import zarr
 
@@ -217,7 +240,7 @@ def _create_ome(temp: Path, levels: list, dtype: str, layout: OmeLayout, axes: s
     for index, level in enumerate(levels):
         options: dict[str, Any] = {
             "shape": level.shape,
-            "chunks": _store_chunks(level),
+            "chunks": ome_chunks(level, axes, dtype),
             "dtype": dtype,
             "fill_value": 0,
             "compressors": compressors,
