@@ -53,6 +53,7 @@ def test_bin_equals_numpys_block_mean_streaming_past_one_chunk(
     out = tmp_path / "o.tif"
     result = invoke(sample, "--factor", *factors, "-o", out, "--chunk-mb", 0.05)
     assert result.exit_code == 0, result.output
+    assert result.stderr.strip().startswith(str(out)) and result.stderr.count("\n") == 1
     np.testing.assert_array_equal(
         tifffile.imread(out), block_mean(tifffile.imread(sample), factors)
     )

@@ -10,13 +10,13 @@ import sys
 import click
 
 from . import __version__
-from .cli_common import VERBOSITY
+from .cli_common import VERBOSITY, set_group_verbosity
 from .commands.bench import bench
 from .commands.bin import bin_command
 from .commands.doctor import doctor
 from .commands.gray import gray
 from .commands.normvol import normvol
-from .io import signals
+from .io import decoder_warnings, signals
 from .io.atomic import remove_pending_temporaries
 
 
@@ -47,7 +47,8 @@ def _print_version(ctx: click.Context, param: click.Parameter, value: bool) -> N
 )
 @click.option("-q", "--quiet", is_flag=True, help="No progress, no summary (errors still print).")
 @click.option("-v", "--verbose", is_flag=True, help="More detail, and tracebacks on errors.")
-def cli(quiet: bool, verbose: bool) -> None:
+@click.pass_context
+def cli(ctx: click.Context, quiet: bool, verbose: bool) -> None:
     """imgops: images and 3-D scans to analysis-ready data, on the GPU when there is one.
 
     -q and -v may be given before the command (imgops -q gray ...) or after it.
@@ -57,7 +58,7 @@ def cli(quiet: bool, verbose: bool) -> None:
     $ imgops normvol scan.tif --max 4095
     $ imgops doctor
     """
-    VERBOSITY.quiet, VERBOSITY.verbose = quiet, verbose
+    set_group_verbosity(ctx, quiet, verbose)
 
 
 cli.add_command(gray)
@@ -67,9 +68,29 @@ cli.add_command(bench)
 cli.add_command(doctor)
 
 
+#: Commands whose decoders (OpenCV's libpng, libjpeg, libtiff) print on descriptor 2.
+_DECODING_COMMANDS = frozenset({"gray"})
+
+
+def _decodes_images(args: list[str]) -> bool:
+    """Whether this run decodes images (`imgops [-q|-v] gray ...`, not a --help): only then is
+    descriptor 2 captured. The capture's exit waits up to 0.2 s for its reader thread
+    (imgops.io.decoder_warnings.uninstall), which `imgops --help` must not pay."""
+    if "-h" in args or "--help" in args:
+        return False
+    command = next((a for a in args if not a.startswith("-")), None)
+    return command in _DECODING_COMMANDS
+
+
 def main() -> None:
-    """Entry point: runs the CLI; Ctrl-C exits 130 and SIGTERM 143, leaving no partial output."""
+    """Entry point: runs the CLI; Ctrl-C exits 130 and SIGTERM 143, leaving no partial output.
+
+    For commands that decode images, warnings that C libraries print on descriptor 2 are
+    captured from here on and reported with the file they came from (imgops.io.decoder_warnings).
+    """
     signals.install()
+    if _decodes_images(sys.argv[1:]):
+        decoder_warnings.install()  # libpng/libjpeg lines: attributed to their file, not raw
     try:
         result = cli.main(standalone_mode=False)
     except click.exceptions.Abort:

@@ -9,14 +9,14 @@ Nothing here imports torch: `imgops --help` must stay fast.
 from __future__ import annotations
 
 import contextlib
-import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import click
 
 from .errors import OVERWRITE_HINT, PlanError
+from .report import Report as Reporter  # noqa: F401  (the one Report, under the name bench uses)
 
 
 class ImgopsError(click.ClickException):
@@ -39,33 +39,49 @@ class FileError(ImgopsError):
 
 @dataclass
 class Verbosity:
-    """-q/-v as given to the group or to a command (the last one set wins); read by cli.main."""
+    """-q/-v of the invocation running now (the group's or the command's); read by cli.main."""
 
     quiet: bool = False
     verbose: bool = False
 
 
-#: The process's -q/-v (the group's options and each command's set it).
+#: The current invocation's -q/-v. Set afresh by the group and by every command's -q/-v
+#: callbacks, never carried from one invocation to the next (CliRunner runs many in a process).
 VERBOSITY = Verbosity()
+
+#: Where the group leaves its -q/-v for the command's options (click shares ctx.meta).
+_GROUP_KEY = "imgops.verbosity"
+
+
+def set_group_verbosity(ctx: click.Context, quiet: bool, verbose: bool) -> None:
+    """Records the group's -q/-v (imgops -q gray ...) for the command about to run."""
+    ctx.meta[_GROUP_KEY] = Verbosity(quiet=quiet, verbose=verbose)
+    VERBOSITY.quiet, VERBOSITY.verbose = quiet, verbose
+
+
+def _group_verbosity(ctx: click.Context) -> Verbosity:
+    return ctx.meta.get(_GROUP_KEY) or Verbosity()
 
 
 def _set_quiet(ctx: click.Context, param: click.Parameter, value: bool) -> bool:
-    if value:
-        VERBOSITY.quiet = True
+    VERBOSITY.quiet = bool(value) or _group_verbosity(ctx).quiet
     return VERBOSITY.quiet
 
 
 def _set_verbose(ctx: click.Context, param: click.Parameter, value: bool) -> bool:
-    if value:
-        VERBOSITY.verbose = True
+    VERBOSITY.verbose = bool(value) or _group_verbosity(ctx).verbose
     return VERBOSITY.verbose
 
 
+#: Files from which `imgops gray --device auto` picks CUDA: imgops.engine.device.CUDA_MIN_FILES
+#: (repeated here so that --help does not import the engine; tests/test_cli_help.py checks it).
+GRAY_CUDA_MIN_FILES = 200
+
 #: What --device auto means, for every command.
 DEVICE_HELP = (
-    "auto: the GPU when one is usable (a CUDA GPU visible and imgops' CUDA kernels built) and "
-    "the work is large enough to repay starting it, else the CPU; or cpu, cuda, cuda:N. Every "
-    "device gives the same bits."
+    "auto: the GPU when it pays (a CUDA GPU visible and imgops' CUDA kernels built; gray also "
+    f"needs nvImageCodec and at least {GRAY_CUDA_MIN_FILES} files), else the CPU; or cpu, "
+    "cuda, cuda:N. Every device gives the same bits."
 )
 
 
@@ -181,45 +197,3 @@ def resolve_device(name: str):
     if device.index is not None and device.index >= torch.cuda.device_count():
         raise ImgopsError(f"--device {name}: only {torch.cuda.device_count()} GPU(s) visible")
     return device
-
-
-@dataclass
-class Reporter:
-    """Messages and progress on stderr; silent with -q, detailed with -v."""
-
-    quiet: bool = False
-    verbose: bool = False
-
-    @property
-    def show_progress(self) -> bool:
-        return not self.quiet and sys.stderr.isatty()
-
-    def info(self, message: str) -> None:
-        if not self.quiet:
-            click.echo(message, err=True)
-
-    def detail(self, message: str) -> None:
-        if self.verbose and not self.quiet:
-            click.echo(message, err=True)
-
-    def error(self, message: str) -> None:
-        """Errors are printed even with -q: one line each."""
-        click.echo(f"imgops: error: {message}", err=True)
-
-    @contextlib.contextmanager
-    def progress(self, description: str, total: float | None) -> Iterator[Callable[..., None]]:
-        """A rich progress bar on stderr (only on a terminal); yields advance(n=1)."""
-        from rich.console import Console
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
-
-        with Progress(
-            "[progress.description]{task.description}",
-            BarColumn(),
-            MofNCompleteColumn(),
-            TimeRemainingColumn(),
-            console=Console(stderr=True),
-            disable=not self.show_progress,
-            transient=False,
-        ) as bar:
-            task = bar.add_task(description, total=total)
-            yield lambda n=1: bar.advance(task, n)

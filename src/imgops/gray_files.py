@@ -124,14 +124,8 @@ def _jobs(plan: Plan, stdin_data: bytes | None) -> list:
 
 
 def report_plan(plan: Plan, report: Report) -> None:
-    """Counts the planner's own entries: its problems fail, its skips skip; left-outs (-v)."""
-    report.total = plan.total
-    for problem in plan.problems:
-        report.fail(problem.label, problem.reason)
-    for skipped in plan.skipped:
-        report.skip(skipped.label, skipped.reason)
-    for left in plan.left_out:
-        report.detail(f"{left.label}: {left.reason}")
+    """Counts the planner's own entries in `report` (Report.add_plan)."""
+    report.add_plan(plan)
 
 
 def run_plan(

@@ -1,36 +1,7 @@
-"""The batch engine's public names (the engine lives in imgops.engine; this module re-exports).
+"""The batch engine's public names, re-exported from imgops.engine (where the engine lives).
 
 `run_batch(jobs, op, settings, on_result)` runs any `ImageOp`; `run_gray` is it with `GRAY`.
 """
 
-from .engine import (
-    CUDA_MIN_FILES,
-    GRAY,
-    STAGES,
-    DeviceUnavailable,
-    GrayJob,
-    ImageOp,
-    Job,
-    JobResult,
-    PipelineSettings,
-    Summary,
-    default_jobs,
-    run_batch,
-    run_gray,
-)
-
-__all__ = [
-    "CUDA_MIN_FILES",
-    "GRAY",
-    "STAGES",
-    "DeviceUnavailable",
-    "GrayJob",
-    "ImageOp",
-    "Job",
-    "JobResult",
-    "PipelineSettings",
-    "Summary",
-    "default_jobs",
-    "run_batch",
-    "run_gray",
-]
+from .engine import *  # noqa: F403  (exactly imgops.engine.__all__)
+from .engine import __all__  # noqa: F401

@@ -20,7 +20,6 @@ from __future__ import annotations
 import errno
 import glob
 import os
-import stat
 import string
 import sys
 from collections.abc import Callable, Iterable
@@ -35,6 +34,7 @@ from .errors import (
     UsageProblem,
     output_exists_message,
 )
+from .io.inputs import check_input, file_kind
 
 __all__ = [
     "STDIO",
@@ -44,7 +44,6 @@ __all__ = [
     "Source",
     "Sources",
     "Task",
-    "check_regular_input",
     "check_stats_path",
     "collect_inputs",
     "make_output_folders",
@@ -122,44 +121,6 @@ def _describe(error: OSError) -> str:
     if error.errno == errno.ELOOP:
         return "symlink loop (too many levels of symbolic links)"
     return error.strerror or str(error)
-
-
-def _kind_of(mode: int) -> str | None:
-    """What a non-regular file is, in words; None for a regular file."""
-    if stat.S_ISREG(mode):
-        return None
-    if stat.S_ISDIR(mode):
-        return "a directory"
-    if stat.S_ISFIFO(mode):
-        return "a FIFO (named pipe)"
-    if stat.S_ISCHR(mode):
-        return "a character device"
-    if stat.S_ISBLK(mode):
-        return "a block device"
-    if stat.S_ISSOCK(mode):
-        return "a socket"
-    return "not a regular file"
-
-
-def _own_check_input(path: Path) -> None:
-    """Raises OSError unless `path` is a readable regular file (never opens it: no FIFO hang)."""
-    info = os.stat(path)
-    kind = _kind_of(info.st_mode)
-    if kind is not None:
-        code = errno.EISDIR if stat.S_ISDIR(info.st_mode) else errno.EINVAL
-        raise OSError(code, f"is {kind}, not a regular file", str(path))
-    if not os.access(path, os.R_OK):
-        raise PermissionError(errno.EACCES, "Permission denied", str(path))
-
-
-def check_regular_input(path: Path) -> None:
-    """Raises OSError unless `path` is a readable regular file (imgops.io.inputs.check_input
-    where the io layer has it)."""
-    try:
-        from .io.inputs import check_input  # type: ignore[attr-defined]
-    except ImportError:
-        check_input = _own_check_input
-    check_input(path)
 
 
 def read_file_list(stream: IO[bytes], *, null: bool = False) -> list[str]:
@@ -255,7 +216,7 @@ class _Walker:
             if path.suffix.lower() not in self.suffixes:
                 continue
             try:
-                check_regular_input(path)
+                check_input(path)
             except OSError as error:
                 self.sources.problems.append(Problem(str(path), _describe(error)))
                 continue
@@ -327,7 +288,7 @@ def _add_named_path(path: Path, walker: _Walker, sources: Sources) -> None:
         walker.walk(path)
         return
     try:
-        check_regular_input(path)
+        check_input(path)
     except OSError as error:
         sources.problems.append(Problem(str(path), _describe(error)))
         return
@@ -439,7 +400,7 @@ def _target_problem(target: Path) -> str | None:
         if error.errno == errno.ENOTDIR:
             return None  # an ancestor is a file: make_output_folders names it
         return f"output {target}: {_describe(error)}"
-    kind = _kind_of(info.st_mode)
+    kind = file_kind(info.st_mode)
     if kind is None:
         return None
     return f"output {target} is {kind}; imgops replaces only regular files"

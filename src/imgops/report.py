@@ -91,6 +91,17 @@ class Report:
                 self.info(f"{label}: {result.note}")
             self.wrote(label, result.job.target, _result_detail(result))
 
+    def add_plan(self, plan: Any) -> None:
+        """Counts the planner's own entries (an imgops.planner.Plan): `total` becomes the
+        plan's, its problems fail, its skips skip; inputs left out (a rerun) are named with -v."""
+        self.total = plan.total
+        for problem in plan.problems:
+            self.fail(problem.label, problem.reason)
+        for skipped in plan.skipped:
+            self.skip(skipped.label, skipped.reason)
+        for left in plan.left_out:
+            self.detail(f"{left.label}: {left.reason}")
+
     # ------------------------------------------------------------------ the end
     def line(self) -> str:
         """The summary line: "N written, M skipped, K failed"."""

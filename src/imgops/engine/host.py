@@ -97,6 +97,12 @@ def run_host(
     except BaseException:
         worker.stop.set()
         pool.shutdown(wait=True, cancel_futures=True)
+        # Files that were finished when the batch stopped are complete on disk: count them.
+        for future in pending:
+            if future.done() and not future.cancelled() and future.exception() is None:
+                result = future.result()
+                if result.status in ("written", "skipped"):
+                    on_result(result)
         raise
     finally:
         pool.shutdown(wait=True)

@@ -28,6 +28,7 @@ __all__ = [
     "MAX_INPUT_BYTES",
     "check_input",
     "describe_file_type",
+    "file_kind",
     "read_input_bytes",
     "write_stream",
 ]
@@ -38,21 +39,31 @@ MAX_INPUT_BYTES = (1 << 31) - 1
 _OPEN_FLAGS = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_CLOEXEC", 0)
 
 
-def describe_file_type(mode: int) -> str | None:
-    """Why a file of mode `mode` is no input ("is a FIFO (named pipe), ..."); None if regular."""
+def file_kind(mode: int) -> str | None:
+    """What a file of mode `mode` is, in words ("a FIFO (named pipe)"); None for a regular file."""
     if stat.S_ISREG(mode):
         return None
     if stat.S_ISDIR(mode):
-        return "is a directory"
+        return "a directory"
     if stat.S_ISFIFO(mode):
-        return "is a FIFO (named pipe), not a regular file"
+        return "a FIFO (named pipe)"
     if stat.S_ISCHR(mode):
-        return "is a character device, not a regular file"
+        return "a character device"
     if stat.S_ISBLK(mode):
-        return "is a block device, not a regular file"
+        return "a block device"
     if stat.S_ISSOCK(mode):
-        return "is a socket, not a regular file"
-    return "is not a regular file"
+        return "a socket"
+    return "not a regular file"
+
+
+def describe_file_type(mode: int) -> str | None:
+    """Why a file of mode `mode` is no input ("is a FIFO (named pipe), ..."); None if regular."""
+    kind = file_kind(mode)
+    if kind is None:
+        return None
+    if kind in ("a directory", "not a regular file"):
+        return f"is {kind}"
+    return f"is {kind}, not a regular file"
 
 
 def _not_regular(mode: int, path: Path | str) -> OSError:
