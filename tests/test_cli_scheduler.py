@@ -178,6 +178,8 @@ def test_normvol_zarr_on_local_2_equals_the_single_process_ome_zarr(tmp_path):
     anat = [line for line in lines if "anat.tif" in line]
     assert len(anat) == 1 and "--scheduler reads zarr" in anat[0]
     assert lines[-1] == "normvol: 2 written, 0 skipped, 1 failed"
+    warnings = [line for line in lines if "warning" in line]  # values outside [0, 1], counted
+    assert warnings and warnings == [line for line in _error_lines(single) if "warning" in line]
     # no -o: <stem>_norm.ome.zarr beside each input, as without --scheduler
     assert _assert_same_store(tmp_path / "single" / "dwi.ome.zarr", folder / "dwi_norm.ome.zarr")
     levels = _assert_same_store(

@@ -222,7 +222,7 @@ def normalize_on_cluster(
             if reporter is not None
             else contextlib.nullcontext(lambda n=1: None)
         ) as advance:
-            return normalize_zarr(
+            run = normalize_zarr(
                 src,
                 dst,
                 on_bounds=on_bounds,
@@ -238,6 +238,13 @@ def normalize_on_cluster(
         raise
     except Exception as error:  # a task's error on a worker: a bad chunk, a full disk
         raise FileError(src, f"{type(error).__name__}: {error}") from None
+    if run.outside and reporter is not None:  # the single-process command's warning
+        reporter.info(
+            f"imgops: warning: {src}: {run.outside} values "
+            f"({100 * run.outside / max(1, run.values):.3g}%) lie outside [min, max] and map "
+            "outside [0, 1] (use --clip to clamp them)"
+        )
+    return run
 
 
 def normalize_with_scheduler(

@@ -73,6 +73,9 @@ class VolumeRun:
     seconds: dict[str, float] = field(default_factory=dict)
     target: Path | None = None
     levels: int = 1
+    #: Values of level 0 outside [0, 1] (not counted with clip); the voxel count.
+    outside: int = 0
+    values: int = 0
 
     def summary(self) -> str:
         """One line naming the output and the bounds used (as `imgops normvol` prints it)."""
@@ -170,14 +173,19 @@ def _open_for_writing(path: str):
     return zarr.open_array(path, mode="r+")
 
 
-def write_block(block: np.ndarray, *, store: str, block_info=None) -> np.ndarray:
-    """On a worker: writes one block into its region of the output array; returns an ack."""
+def write_block(
+    block: np.ndarray, *, store: str, count_outside: bool = False, block_info=None
+) -> np.ndarray:
+    """On a worker: writes one block into its region of the output array; returns its count
+    of values outside [0, 1] (`count_outside`; NaN is not counted), else 0, as a 1-element
+    int64 array."""
     location = block_info[0]["array-location"]
     region = tuple(slice(start, stop) for start, stop in location)
     if not any(os.path.exists(os.path.join(store, name)) for name in (".zarray", "zarr.json")):
         raise FileNotFoundError(f"{store}: the output store was removed (the run was stopped)")
     _open_for_writing(store)[region] = block
-    return np.ones((1,) * block.ndim, dtype=np.int8)
+    outside = int(np.count_nonzero((block < 0) | (block > 1))) if count_outside else 0
+    return np.full((1,) * block.ndim, outside, dtype=np.int64)
 
 
 def _level_arrays(normalized, levels: int, device: str) -> list:
@@ -315,8 +323,9 @@ def _commit(temp: Path, target: Path, overwrite: bool) -> None:
     os.rename(temp, target)
 
 
-def _run_writes(blocks: list, client, on_progress: Callable[[int], None] | None) -> None:
-    """Computes the per-block write tasks on the cluster (or here, threaded), with progress.
+def _run_writes(blocks: list, client, on_progress: Callable[[int], None] | None) -> int:
+    """Computes the per-block write tasks on the cluster (or here, threaded), with progress;
+    returns the sum of their results (values outside [0, 1]).
 
     On any error or interrupt, returns only once no write task runs any more (cancelled tasks
     that had started finish on their worker first), so the caller can remove the store.
@@ -336,22 +345,24 @@ def _run_writes(blocks: list, client, on_progress: Callable[[int], None] | None)
         pool = ThreadPoolExecutor(max_workers=os.cpu_count() or 1)
         try:
             with _Progress():
-                dask.compute(*blocks, scheduler="threads", pool=pool)
+                results = dask.compute(*blocks, scheduler="threads", pool=pool)
         finally:
             pool.shutdown(wait=True, cancel_futures=True)
-        return
+        return int(sum(int(r.sum()) for r in results))
     import distributed
 
     futures = client.compute(blocks)
+    total = 0
     try:
         for future in distributed.as_completed(futures):
-            future.result()  # raises the task's error (a bad chunk, a full disk)
+            total += int(future.result().sum())  # raises the task's error (bad chunk, full disk)
             if on_progress is not None:
                 on_progress(1)
     except BaseException:
         client.cancel(futures, force=True)
         wait_until_not_running(client, {f.key for f in futures})
         raise
+    return total
 
 
 def normalize_zarr(
@@ -429,12 +440,13 @@ def normalize_zarr(
                 write_block,
                 level,
                 store=store,
+                count_outside=index == 0 and not clip,
                 chunks=(1,) * level.ndim,
-                dtype=np.int8,
+                dtype=np.int64,
                 name=f"imgops-write-{temp.name[-8:]}-{index}",
             )
             acks.extend(written.to_delayed().ravel())
-        _run_writes(acks, client, on_progress)
+        outside = _run_writes(acks, client, on_progress)
         windows = layout.windows(kernel_low, kernel_high, clip)
         attrs = _ome_attributes(source, layout, axes, len(levels), windows) if ome else {}
         _write_metadata(temp, attrs, ome, provenance)
@@ -452,6 +464,8 @@ def normalize_zarr(
         times,
         dst,
         len(levels),
+        outside,
+        int(arr.size),
     )
 
 
