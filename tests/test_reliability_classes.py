@@ -124,8 +124,12 @@ def test_c1_output_dir_equal_to_the_input_folder(pair: Path, overwrite: bool):
     before = snapshot(pair)
     result = imgops("gray", pair, "-d", pair, *(["--overwrite"] if overwrite else []))
     assert snapshot(pair) == before
-    assert result.returncode != 0, stderr_of(result)
-    assert "a.png" in stderr_of(result)
+    # the batch is refused as a whole (exit 2), naming the input it would replace; the landed
+    # code without --overwrite failed a.jpg alone ("output in/a.png exists", exit 1) and never
+    # said that the inputs a.png and b.png were left out
+    assert result.returncode == 2, stderr_of(result)
+    (line,) = [line for line in stderr_of(result).splitlines() if line.startswith("Error:")]
+    assert "a.png" in line, line
 
 
 @pytest.mark.xfail(
@@ -213,8 +217,34 @@ def test_c1_non_regular_output_survives_overwrite(tmp_path: Path, kind: str, com
 # ----------------------------------------------------- class 2: truncated stdout as success
 
 
+def _file_size_limit(limit: int):
+    def apply() -> None:
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # past the limit: a short write, then EFBIG
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    return apply
+
+
+@pytest.mark.parametrize("unbuffered", ["1", ""], ids=["unbuffered", "buffered"])
+def test_c2_stdout_short_write_on_a_filling_disk(tmp_path: Path, unbuffered: str):
+    """Landed, with PYTHONUNBUFFERED=1: write() wrote 100000 of the 149271 bytes and returned
+    that count; it was ignored: "1 written", exit 0, a truncated PNG."""
+    target = tmp_path / "stdout.png"
+    with open(target, "wb") as sink:
+        result = imgops(
+            "gray", SAMPLES / "coffee_rgb.png", "-o", "-", stdout=sink,
+            env={"PYTHONUNBUFFERED": unbuffered}, preexec_fn=_file_size_limit(100_000),
+        )  # fmt: skip
+    assert target.stat().st_size == 100_000  # the case is a short write
+    assert result.returncode == 1, stderr_of(result)
+    assert "1 written" not in stderr_of(result)
+    (line,) = error_lines(result)
+    assert "stdout" in line, line
+
+
 @pytest.mark.parametrize("unbuffered", ["1", ""], ids=["unbuffered", "buffered"])
 def test_c2_stdout_on_a_full_disk(unbuffered: str):
+    """/dev/full fails the first write with ENOSPC: handled by the landed code too (a guard)."""
     with open("/dev/full", "wb") as full:
         result = imgops(
             "gray", SAMPLES / "coffee_rgb.png", "-o", "-", stdout=full,
@@ -295,6 +325,7 @@ def test_c3_dev_zero_as_input(tmp_path: Path, command: str):
     assert result.returncode == 1, stderr_of(result)
     lines = error_lines(result)
     assert len(lines) == 1 and "zero" in lines[0] and "MemoryError" not in lines[0], lines
+    assert "device" in lines[0], lines  # refused as a non-regular file, not read
 
 
 def _tiff_with_ifd_after_pixels(width: int, height: int) -> bytes:
