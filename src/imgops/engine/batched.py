@@ -12,8 +12,9 @@ Everything overlaps: while the device works on batch k, the prep threads read an
 batch k+1 and the encode threads deflate batch k-1. torch and CUDA start in a background
 thread while the first files are read and parsed; the first nvImageCodec batch needs no torch.
 What bounds memory, whatever the batch size: `window` files in flight in all; CPU-decoded
-images by `startup_buffer_bytes`; device memory by two batches of `batch_bytes`; rows coming
-back by the pinned pool (`pinned_bytes`).
+images by `startup_buffer_bytes`; device memory by two batches of `batch_bytes` (by
+`startup_device_bytes` while torch starts); rows coming back by the pinned pool
+(`pinned_bytes`).
 
 A file nvImageCodec cannot decode (or an out-of-memory batch) goes through the CPU path
 (HostWorker) instead, with the same bits; a failing file never stops the others.
@@ -39,6 +40,7 @@ from .buffers import BufferPool, ByteBudget
 from .files import FatalError, Writer, encode_host, failed, guard, precheck, read_job
 from .host import HostWorker
 from .ops import ImageOp
+from .phases import Phases
 from .types import Job, JobResult, PipelineSettings, join_notes
 
 _DONE = object()
@@ -132,6 +134,17 @@ def _encode_png_filtered() -> Callable[..., bytes] | None:
     return None
 
 
+def flip_channels(tensor: Any) -> Any:
+    """The tensor with its last (channel) axis reversed: BGR <-> RGB, any integer dtype.
+
+    torch before 2.12 has no CPU flip for uint16; int16 has the same bits.
+    """
+    torch = __import__("torch")
+    if tensor.dtype == torch.uint16:
+        return tensor.view(torch.int16).flip(-1).view(torch.uint16)
+    return tensor.flip(-1)
+
+
 class DeviceEngine:
     """Runs jobs through the pipeline in the module docstring; see run()."""
 
@@ -158,17 +171,22 @@ class DeviceEngine:
         self._jpeg_factory = jpeg_encoder_factory
         self.decoder: Any = None
         self.max_pixels = settings.max_pixels or default_max_pixels()
-        self.window = 2 * settings.batch_size + 2 * workers
+        # Four batches: while torch starts, the first ones decode and wait on the device.
+        self.window = 4 * settings.batch_size + 2 * workers
         self.filtered = None  # set on the device thread
         self.pool: BufferPool | None = None
         self.max_in_flight = 0
+        self.phases = Phases()
 
     # ---------------------------------------------------------------- the calling thread
     def run(self, jobs: Iterator[Job], on_result: Callable[[JobResult], None]) -> None:
         """Feeds jobs (at most `window` in flight), reports results in this thread."""
         if self._decoder_factory is not None:
             self.decoder = self._decoder_factory()  # raises GpuDecoderUnavailable early
-        prep = ThreadPoolExecutor(self.workers, thread_name_prefix="imgops-prep")
+        # Reading and a header check take a few ms a file; with GPU decode, half the workers do
+        # it and the rest of the cores stay with the encodes (the CPU decodes need them all).
+        preps = self.workers if self.decoder is None else max(2, self.workers // 2)
+        prep = ThreadPoolExecutor(preps, thread_name_prefix="imgops-prep")
         self.encoders = ThreadPoolExecutor(self.workers, thread_name_prefix="imgops-encode")
         device_thread = threading.Thread(target=self._device_loop, name="imgops-device")
         device_thread.start()
@@ -225,18 +243,25 @@ class DeviceEngine:
         item.data = read_job(item.result.job)
         now = time.perf_counter()
         seconds["read"], start = now - start, now
+        self.phases.add("prep.read", seconds["read"])
         if self.decoder is not None:
             item.candidate = self.decoder.accept(item.data, self.max_pixels)
+            now = time.perf_counter()
+            seconds["decode"], start = now - start, now  # the header check; + the batch's share
+            self.phases.add("prep.parse", seconds["decode"])
             if item.candidate is not None:
                 return
         image = decode_image(item.data, max_pixels=self.settings.max_pixels)
         item.result.decoder = "opencv"
         item.result.note = join_notes(item.result.note, image.note)
         item.result.shape, item.result.dtype = image.pixels.shape, str(image.pixels.dtype)
-        if not self.decoded_budget.take(image.pixels.nbytes, self.stop):
-            raise RuntimeError("cancelled")
+        now = time.perf_counter()
+        self.phases.add("prep.cpu_decode", now - start)
+        with self.phases.timed("prep.wait_budget"):
+            if not self.decoded_budget.take(image.pixels.nbytes, self.stop):
+                raise RuntimeError("cancelled")
         item.image, item.budget, item.order = image, image.pixels.nbytes, image.channel_order
-        seconds["decode"] = time.perf_counter() - start
+        seconds["decode"] = seconds.get("decode", 0.0) + now - start
 
     def _release(self, item: _Item) -> None:
         if item.budget:
@@ -248,7 +273,7 @@ class DeviceEngine:
     def _device_loop(self) -> None:
         """Gathers batches, decodes them, runs them on the device, hands rows to the encoders.
 
-        Until torch is ready, decoded batches wait (at most two batches' bytes): the first
+        Until torch is ready, decoded batches wait (at most startup_device_bytes): the first
         decodes overlap the start-up of torch and CUDA.
         """
         retiring: tuple[Any, list[Any]] | None = None
@@ -260,7 +285,7 @@ class DeviceEngine:
                     waiting.append((batch, self._decode_batch(batch)))
                 ready = self.torch_stage.future.done()
                 held = sum(self._item_bytes(i) for b, _ in waiting for i in b)
-                if batch is not None and not ready and held < 2 * self.settings.batch_bytes:
+                if batch is not None and not ready and held < self.settings.startup_device_bytes:
                     continue
                 if batch is None and not waiting:
                     break
@@ -268,7 +293,8 @@ class DeviceEngine:
                 for pending, images in waiting:
                     event, keep = self._run_batch(stage, pending, images)
                     if retiring is not None and retiring[0] is not None:
-                        retiring[0].synchronize()  # at most two batches alive on the device
+                        with self.phases.timed("device.wait_previous"):
+                            retiring[0].synchronize()  # at most two batches alive on the device
                     retiring = (event, keep)
                 waiting.clear()
         except FatalError as error:
@@ -281,6 +307,7 @@ class DeviceEngine:
         start = time.perf_counter()
         stage = self.torch_stage.get()
         waited = time.perf_counter() - start
+        self.phases.add("device.wait_torch", waited)
         if self.pool is None:
             self.pool = BufferPool(self.settings.pinned_bytes, pin=stage.cuda)
             self.filtered = stage.png_filter is not None and _encode_png_filtered()
@@ -295,10 +322,13 @@ class DeviceEngine:
     def _gather(self, block: bool) -> list[_Item] | None:
         """The next batch: one item (waiting for it if `block`), then whatever is queued,
         within batch_size and batch_bytes. None when nothing came (or the input ended)."""
+        start = time.perf_counter()
         try:
             first = self.items.get(timeout=None if block else 0.02)
         except queue.Empty:
             return None
+        finally:
+            self.phases.add("device.wait_items", time.perf_counter() - start)
         if first is _DONE:
             self.items.put(_DONE)  # seen again by the next call
             return None
@@ -330,10 +360,15 @@ class DeviceEngine:
         stage = self.torch_stage.future
         handle = stage.result().stream_handle() if stage.done() and not stage.exception() else 0
         decoded = self.decoder.decode([batch[i].candidate for i in picked], handle)
-        share = (time.perf_counter() - start) / len(picked)
+        took = time.perf_counter() - start
+        first = not getattr(self, "_decoded_once", False)
+        self._decoded_once = True
+        self.phases.add("device.decode_first" if first else "device.decode", took)
+        share = took / len(picked)
         images = {}
         for i, image in zip(picked, decoded, strict=True):
-            batch[i].result.seconds["decode"] = share
+            seconds = batch[i].result.seconds
+            seconds["decode"] = seconds.get("decode", 0.0) + share
             if image is None:
                 self._fallback(batch[i], "nvImageCodec could not decode it")
             else:
@@ -390,6 +425,7 @@ class DeviceEngine:
         """
         torch = stage.torch
         start = time.perf_counter()
+        self._pool_wait = 0.0
         live: list[_Item] = []
         keep: list[Any] = []
         try:
@@ -406,6 +442,9 @@ class DeviceEngine:
                     item.extra["out_shape"] = tuple(item.output.shape)
                     item.extra["itemsize"] = item.output.element_size()
                     item.output = self._to_output(item.output, item.order, stage)
+                # The copies back and the batch's event go on the same stream as the kernels:
+                # an encode thread that waits for the event then reads finished rows.
+                event = self._send_back(stage, live, time.perf_counter() - start)
         except torch.OutOfMemoryError:
             for item in batch:
                 item.output = None
@@ -419,7 +458,8 @@ class DeviceEngine:
                     item.result.note = "out of GPU memory for this batch: converted on the CPU"
                     self._fallback(item, "out of GPU memory")
             return None, []
-        return self._send_back(stage, live, time.perf_counter() - start), keep
+        self.phases.add("device.run", time.perf_counter() - start - self._pool_wait)
+        return event, keep
 
     def _take_gpu_image(self, item: _Item, image: Any, stage: TorchStage, keep: list) -> None:
         from ..io.gpu_decode import as_tensor
@@ -469,7 +509,7 @@ class DeviceEngine:
             from ..io.png import filter_code_for
 
             if tensor.dim() == 3 and order == "bgr":
-                tensor = tensor.flip(-1)  # PNG stores RGB
+                tensor = flip_channels(tensor)  # PNG stores RGB
             return stage.png_filter(tensor.contiguous(), filter_code_for(self.settings.png_level))
         return tensor.contiguous()
 
@@ -486,7 +526,11 @@ class DeviceEngine:
                 copies.append((item, None, None, jpeg))
                 continue
             tensor = item.output
+            waited = time.perf_counter()
             buffer = self.pool.acquire(tensor.numel() * tensor.element_size())
+            waited = time.perf_counter() - waited
+            self._pool_wait += waited
+            self.phases.add("device.wait_pool", waited)
             host = buffer[: tensor.numel() * tensor.element_size()].view(tensor.dtype)
             host = host.view(tensor.shape)
             host.copy_(tensor, non_blocking=stage.cuda)
@@ -500,13 +544,27 @@ class DeviceEngine:
         return event
 
     def _encode_jpegs(self, stage: TorchStage, live: list[_Item]) -> list[bytes | None]:
+        """JPEG bytes from the GPU encoder per item (None: OpenCV encodes it on a CPU thread).
+
+        Where the GPU encoder cannot be created, the batch goes on with OpenCV's encoder and
+        the first file says why, once.
+        """
         if not hasattr(self, "_jpeg"):
-            self._jpeg = self._jpeg_factory()
+            from ..io.gpu_decode import GpuDecoderUnavailable
+
+            try:
+                self._jpeg = self._jpeg_factory()
+            except GpuDecoderUnavailable as error:
+                self._jpeg_factory = None
+                live[0].result.note = join_notes(
+                    live[0].result.note, f"{error}; every file is encoded with OpenCV instead"
+                )
+                return [None] * len(live)
         tensors = []
         for item in live:
             tensor = item.output
             if tensor.dim() == 3 and item.order == "bgr":
-                tensor = tensor.flip(-1)
+                tensor = flip_channels(tensor)
             tensors.append(tensor if tensor.dtype == stage.torch.uint8 else None)
         picked = [i for i, t in enumerate(tensors) if t is not None]
         encoded = self._jpeg.encode([tensors[i] for i in picked], stage.stream_handle())
@@ -520,7 +578,8 @@ class DeviceEngine:
         outcome: JobResult | FatalError
         try:
             if event is not None:
-                event.synchronize()
+                with self.phases.timed("encode.wait_device"):
+                    event.synchronize()
             outcome = guard(item.result, lambda r: self._encode_and_write(item, host, jpeg))
         except BaseException as error:  # a CUDA error surfaced by the event: fatal
             outcome = FatalError(error)
@@ -552,3 +611,5 @@ class DeviceEngine:
         self.writer.write(result.job.target, encoded)
         result.bytes_written = len(encoded)
         result.seconds["write"] = time.perf_counter() - start
+        self.phases.add("encode.encode", result.seconds["encode"])
+        self.phases.add("encode.write", result.seconds["write"])

@@ -37,6 +37,15 @@ class ByteBudget:
             self._cond.notify_all()
 
 
+#: Buffers are allocated in whole multiples of this: outputs of nearby sizes (photos of one
+#: camera, two resolutions) then reuse each other's pinned pages instead of reallocating.
+GRANULE = 1 << 20
+
+
+def _granule_up(nbytes: int, granule: int) -> int:
+    return max(granule, -(-nbytes // granule) * granule)
+
+
 class BufferPool:
     """Reused uint8 host buffers (pinned where `pin`), about `limit` bytes in all.
 
@@ -46,9 +55,10 @@ class BufferPool:
     over the limit is served when no buffer is out (slow, never a deadlock).
     """
 
-    def __init__(self, limit: int, *, pin: bool) -> None:
+    def __init__(self, limit: int, *, pin: bool, granule: int = GRANULE) -> None:
         self.limit = max(0, limit)
         self._pin = pin
+        self._granule = max(1, granule)
         self._free: list[Any] = []
         self._cond = threading.Condition()
         self._held = 0  # bytes of every buffer, free or out
@@ -67,9 +77,10 @@ class BufferPool:
                     best = min(fits, key=lambda i: self._free[i].numel())
                     self._out += 1
                     return self._free.pop(best)
-                if self._held + nbytes <= self.limit or self._out == 0 and not self._free:
-                    buffer = torch.empty(nbytes, dtype=torch.uint8, pin_memory=self._pin)
-                    self._held += nbytes
+                size = _granule_up(nbytes, self._granule)
+                if self._held + size <= self.limit or self._out == 0 and not self._free:
+                    buffer = torch.empty(size, dtype=torch.uint8, pin_memory=self._pin)
+                    self._held += size
                     self.peak_bytes = max(self.peak_bytes, self._held)
                     self.allocated += 1
                     self._out += 1

@@ -57,6 +57,8 @@ def run_batch(
             engine.run(iter(jobs), collect)
         except FatalError as error:  # the device failed: the original error, once
             raise error.cause from None
+        finally:
+            summary.engine = engine.phases.snapshot()
     summary.wall_seconds = time.perf_counter() - started
     return summary
 

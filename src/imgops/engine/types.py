@@ -83,8 +83,12 @@ class PipelineSettings:
     batch_size: int = 64
     #: Most decoded bytes in one device batch (bounds GPU memory with large images).
     batch_bytes: int = 1 << 30
+    #: Decoded bytes that may wait on the device while torch and CUDA start (the first batches
+    #: decode meanwhile; bounds GPU memory during start-up).
+    startup_device_bytes: int = 4 << 30
     #: Pinned host memory for rows coming back from the device (bounds host memory).
-    pinned_bytes: int = 512 << 20
+    #: Two batches of 4K gray rows are ~0.7 GB; less makes the device thread wait for encodes.
+    pinned_bytes: int = 2 << 30
 
 
 @dataclass
@@ -102,6 +106,9 @@ class Summary:
     decoders: dict[str, int] = field(default_factory=dict)
     #: Why the device/decoder were chosen (for -v and doctor-like reports).
     choice: str | None = None
+    #: Seconds the device engine's threads spent in each of their phases (waits included):
+    #: where a batch on the device path spends its time. Empty on the CPU path.
+    engine: dict[str, float] = field(default_factory=dict)
 
     def add(self, result: JobResult) -> None:
         """Counts one result."""
@@ -128,6 +135,7 @@ class Summary:
             "choice": self.choice,
             "wall_seconds": self.wall_seconds,
             "stage_seconds": dict(self.stage_seconds),
+            "engine_seconds": dict(self.engine),
         }
 
     def line(self) -> str:

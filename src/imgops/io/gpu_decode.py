@@ -57,6 +57,9 @@ _import_lock = threading.Lock()
 
 @functools.cache
 def _load() -> tuple[Any, str | None]:
+    # Fatal messages only (read once, at import): per-image errors would print among the progress
+    # lines; a file nvImageCodec refuses goes to the CPU decoder, which names any problem.
+    os.environ.setdefault("PYNVIMGCODEC_VERBOSITY", "1")
     with _import_lock, _quiet_stderr():
         try:
             import nvidia.nvimgcodec as nvimgcodec
