@@ -180,6 +180,7 @@ class DeviceEngine:
         self.pool: BufferPool | None = None
         self.max_in_flight = 0
         self.phases = Phases()
+        self.gpu_peak_bytes: int | None = None
 
     # ---------------------------------------------------------------- the calling thread
     def run(self, jobs: Iterator[Job], on_result: Callable[[JobResult], None]) -> None:
@@ -488,6 +489,9 @@ class DeviceEngine:
                     self._fallback(item, "out of GPU memory")
             return None, []
         self.phases.add("device.run", time.perf_counter() - start - self._pool_wait)
+        if stage.cuda:  # the whole device: nvImageCodec allocates outside torch's allocator
+            free, total = torch.cuda.mem_get_info(stage.device)
+            self.gpu_peak_bytes = max(self.gpu_peak_bytes or 0, total - free)
         return event, keep
 
     def _take_gpu_image(self, item: _Item, image: Any, stage: TorchStage, keep: list) -> None:
