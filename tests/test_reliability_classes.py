@@ -132,11 +132,6 @@ def test_c1_output_dir_equal_to_the_input_folder(pair: Path, overwrite: bool):
     assert "a.png" in line, line
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="planner.py _drop_earlier_outputs: an input that is another input's default output "
-    "is left out, then replaced under --overwrite (a_gray.png named by the user)",
-)
 def test_c1_named_input_that_is_another_inputs_default_output(tmp_path: Path):
     shutil.copy(SAMPLES / "coffee_rgb.png", tmp_path / "a.png")
     shutil.copy(SAMPLES / "camera_gray.png", tmp_path / "a_gray.png")  # not an imgops output
@@ -145,11 +140,6 @@ def test_c1_named_input_that_is_another_inputs_default_output(tmp_path: Path):
     assert (tmp_path / "a_gray.png").read_bytes() == before
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="planner.py _drop_earlier_outputs (via commands/normvol.py): `normvol a_norm.tif "
-    "a.tif --overwrite` still replaces the input a_norm.tif, a different uint16 stack",
-)
 def test_c1_normvol_output_equal_to_another_input(tmp_path: Path):
     shutil.copy(SAMPLES / "mri_dwi_b0_u16.tif", tmp_path / "a.tif")
     shutil.copy(SAMPLES / "mri_fmri_imagej.tif", tmp_path / "a_norm.tif")
