@@ -431,11 +431,6 @@ def test_c4_normvol_bounds_float32_cannot_hold(tmp_path: Path, bounds: tuple):
 
 
 @needs_permissions
-@pytest.mark.xfail(
-    strict=True,
-    reason="commands/normvol.py: the INPUTS argument is click.Path(path_type=Path), whose "
-    "default readable=True makes an unreadable stack a usage error (exit 2, no stack run)",
-)
 def test_c4_unreadable_normvol_input_fails_alone(tmp_path: Path):
     os.chmod(tmp_path, 0o755)
     for name in ("a.tif", "b.tif"):
