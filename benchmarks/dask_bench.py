@@ -195,6 +195,61 @@ def photo_batch(folder: Path, count: int, workers: int) -> dict:
     }
 
 
+def _photo_inputs(folder: Path, count: int) -> Path:
+    inputs = folder / "in"
+    inputs.mkdir(parents=True, exist_ok=True)
+    sources = [SAMPLES / name for name in PHOTO_SOURCES]
+    for i in range(count):
+        source = sources[i % len(sources)]
+        shutil.copyfile(source, inputs / f"{i:04d}{source.suffix}")
+    return inputs
+
+
+def photo_cli(folder: Path, count: int, workers: int, repeats: int) -> dict:
+    """`imgops gray IN -d OUT` as a user runs it (a fresh process each time, start-up and cluster
+    start included) vs the same with `--scheduler local:N`; medians of `repeats` runs each,
+    alternated. Outputs are checked byte-identical."""
+    import subprocess
+
+    inputs = _photo_inputs(folder, count)
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(Path(__file__).resolve().parent.parent / "src")
+    times: dict[str, list[float]] = {"single": [], "dask": []}
+    for _ in range(repeats):
+        for kind in ("single", "dask"):
+            out = folder / kind
+            shutil.rmtree(out, ignore_errors=True)
+            command = [sys.executable, "-m", "imgops.cli", "gray", str(inputs), "-d", str(out)]
+            command += ["--device", "cpu", "-q", "--stats-json", str(folder / f"{kind}.json")]
+            if kind == "dask":
+                command += ["--scheduler", f"local:{workers}"]
+            started = time.perf_counter()
+            subprocess.run(command, check=True, env=env)
+            times[kind].append(time.perf_counter() - started)
+    same = (
+        all(
+            (folder / "single" / p.name).read_bytes() == p.read_bytes()
+            for p in (folder / "dask").iterdir()
+        )
+        and len(list((folder / "dask").iterdir())) == count
+    )
+    stats = json.loads((folder / "dask.json").read_text())
+    single_s, dask_s = statistics.median(times["single"]), statistics.median(times["dask"])
+    return {
+        "files": count,
+        "single_seconds": times["single"],
+        "dask_seconds": times["dask"],
+        "ratio": dask_s / single_s,
+        # each dask run against the single run just before it: steadier on a shared machine
+        "pair_ratios": [d / s for s, d in zip(times["single"], times["dask"], strict=True)],
+        "median_pair_ratio": statistics.median(
+            d / s for s, d in zip(times["single"], times["dask"], strict=True)
+        ),
+        "dask_engine_wall_seconds": stats.get("wall_seconds"),
+        "identical_outputs": same,
+    }
+
+
 def scaling_model(volume: dict, shape, chunk_slices: int, single_s: float) -> dict:
     """A MODEL, not a measurement: predicted volume throughput on 8 and 64 workers.
 
@@ -249,6 +304,9 @@ def main() -> None:
     parser.add_argument("--json", type=Path, default=None)
     parser.add_argument("--skip-volume", action="store_true")
     parser.add_argument("--skip-photos", action="store_true")
+    parser.add_argument(
+        "--cli", action="store_true", help="photos through `imgops gray` processes as well"
+    )
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="imgops-dask-bench-", dir=args.work))
     report: dict = {"cpus": os.cpu_count(), "load_avg_start": os.getloadavg()}
@@ -278,6 +336,11 @@ def main() -> None:
             shutil.rmtree(work / "out.ome.zarr", ignore_errors=True)
         if not args.skip_photos:
             report["photos"] = photo_batch(work / "photos", args.photos, args.workers)
+            _log(f"photos (engine): {report['photos']['ratio']:.2f}x")
+        if args.cli and not args.skip_photos:
+            report["photos_cli"] = photo_cli(
+                work / "photos_cli", args.photos, args.workers, args.repeats
+            )
     finally:
         report["load_avg_end"] = os.getloadavg()
         shutil.rmtree(work, ignore_errors=True)

@@ -126,7 +126,7 @@ def test_ome_zarr_volume_is_written_by_the_workers_and_equals_numpy(client, tmp_
     assert np.array_equal(out.array.compute(), expected)
     assert out.scale == [2.0, 0.5, 0.5] and [a["unit"] for a in out.axes] == ["micrometer"] * 3
     attrs = dict(zarr.open_group(str(target)).attrs)
-    assert attrs["multiscales"][0]["version"] == "0.4"
+    assert attrs["ome"]["version"] == "0.5"  # the layout imgops normvol writes by default
     assert attrs["imgops"]["min"] == low and attrs["imgops"]["percentile"] == [1, 99]
     assert not _temporaries(tmp_path)
     with pytest.raises(Exception, match="exists"):

@@ -28,6 +28,7 @@ from ..cli_common import (
     stats_json_option,
     verbose_option,
 )
+from ..dask.cli_option import scheduler_option
 from ..errors import UsageProblem
 from ..gray_files import (
     COLLISION_HINT,
@@ -110,6 +111,7 @@ def _gpu_decoder_unavailable() -> type[BaseException] | None:
 )
 @stats_json_option
 @device_option
+@scheduler_option
 @overwrite_option
 @skip_existing_option
 @quiet_option
@@ -131,6 +133,7 @@ def gray(
     jobs: int | None,
     stats_json: Path | None,
     device: str,
+    scheduler: str | None,
     overwrite: bool,
     skip_existing: bool,
     quiet: bool,
@@ -152,6 +155,7 @@ def gray(
     $ find . -name '*.jpg' -print0 | imgops gray --files-from - -0 -d gray/ --skip-existing
     $ imgops gray - -o - < photo.jpg > photo_gray.png
     $ imgops gray scans/*.tif --format tif -j 8 --device cuda
+    $ imgops gray photos/ -d gray/ --scheduler local:4      # or tcp://HOST:PORT (imgops[dask])
 
     Exit status: 0 when every file was written or skipped, 1 if any failed (each named on one
     line; the others are still done), 2 for usage errors (nothing done), 130 on Ctrl-C.
@@ -168,6 +172,8 @@ def gray(
         if quality is not None and fmt != "jpg":
             raise UsageProblem(f"--quality applies to jpg output, not {fmt}")
         _check_stdio(inputs, output)
+        if scheduler is not None and (STDIO in inputs or output == STDIO):
+            raise UsageProblem("--scheduler needs files in and out (not stdin/stdout)")
         plan = _plan(
             inputs, output, output_dir, name_template, files_from, null, recursive, fmt,
             overwrite, skip_existing, stats_json,
@@ -176,7 +182,8 @@ def gray(
 
         settings = engine_settings(
             device=device,
-            jobs=jobs or default_jobs(),
+            # On a cluster each worker's engine takes its host's CPUs shared by its workers.
+            jobs=jobs or (default_jobs() if scheduler is None else None),
             fmt=fmt,
             png_level=DEFAULT_PNG_LEVEL if png_level is None else png_level,
             jpeg_quality=DEFAULT_JPEG_QUALITY if quality is None else quality,
@@ -186,19 +193,27 @@ def gray(
             expected_files=len(plan.tasks),
             stdout=click.open_file(STDIO, "wb") if output == STDIO else None,
         )
+    if scheduler is not None:  # before anything is done: one line naming imgops[dask]
+        from ..dask import require_dask
+
+        require_dask("distributed")
     report = Report(quiet=quiet or VERBOSITY.quiet, verbose=verbose or VERBOSITY.verbose)
     if output_dir is not None:
         make_output_folders(plan)
     report_plan(plan, report)
-    summary = _run(plan, report, settings, verbose) if plan.tasks else None
+    summary = _run(plan, report, settings, verbose, scheduler) if plan.tasks else None
     if summary is not None:
         if summary.device is not None:
-            report.detail(f"device: {summary.device}, {settings.jobs} worker threads")
+            if scheduler is None:
+                report.detail(f"device: {summary.device}, {settings.jobs} worker threads")
+            else:
+                report.detail(f"device: {summary.device}, on the Dask cluster {scheduler}")
         stages = ", ".join(f"{k} {v:.2f}s" for k, v in summary.stage_seconds.items())
         report.detail(f"wall {summary.wall_seconds:.2f}s; stage totals: {stages}")
     if stats_json is not None:
         stats = dict(summary.as_dict() if summary is not None else {}, **report.as_dict())
         stats.update(jobs=settings.jobs, format=fmt, png_level=settings.png_level)
+        stats.update(scheduler=scheduler)
         stats.update(decoder=decoder, jpeg_quality=getattr(settings, "jpeg_quality", None))
         try:
             write_stats(stats_json, stats)
@@ -235,8 +250,9 @@ def _plan(
     )
 
 
-def _run(plan, report, settings, verbose: bool):
-    """Runs the batch with a progress bar; Ctrl-C prints what was done and exits 130."""
+def _run(plan, report, settings, verbose: bool, scheduler: str | None = None):
+    """Runs the batch with a progress bar (here, or on the Dask cluster `scheduler` names);
+    Ctrl-C prints what was done and exits 130."""
     from ..io.atomic import remove_pending_temporaries
     from ..io.images import quiet_opencv
 
@@ -249,6 +265,8 @@ def _run(plan, report, settings, verbose: bool):
     unavailable = _gpu_decoder_unavailable()
     try:
         with report.progress("gray", total=len(plan.tasks)) as advance:
+            if scheduler is not None:
+                return _run_on_cluster(plan, report, settings, scheduler, advance)
             return run_plan(plan, report, settings, stdin_data=stdin_data, advance=advance)
     except KeyboardInterrupt:
         remove_pending_temporaries()
@@ -262,3 +280,18 @@ def _run(plan, report, settings, verbose: bool):
 
             raise ImgopsError(str(error)) from None
         raise
+
+
+def _run_on_cluster(plan, report, settings, scheduler: str, advance):
+    """The plan's files in partitions on the Dask cluster; results come back into `report`
+    per file (and advance the bar) as each partition finishes."""
+    from ..dask.cli_option import run_gray_with_scheduler
+    from ..pipeline import GrayJob
+
+    jobs = [GrayJob(task.source.path, task.target, task.source.label) for task in plan.tasks]
+
+    def on_result(result) -> None:
+        report.add(result)
+        advance()
+
+    return run_gray_with_scheduler(scheduler, jobs, settings, on_result=on_result)

@@ -24,6 +24,7 @@ from ..cli_common import (
     skip_existing_option,
     verbose_option,
 )
+from ..dask.cli_option import scheduler_option
 from ..errors import FileError, ImgopsError
 
 _TIFF_SUFFIXES = (".ome.tiff", ".ome.tif", ".tiff", ".tif", ".ome.zarr", ".zarr")
@@ -96,7 +97,7 @@ def output_for(path: Path, output: Path | None, directory: Path | None) -> Path:
 
 
 @click.command()
-@click.argument("inputs", nargs=-1, type=click.Path(path_type=Path))
+@click.argument("inputs", nargs=-1, type=click.Path(path_type=Path, readable=False))
 @click.option("-o", "--output", type=click.Path(path_type=Path), help="Output (.tif or .ome.zarr).")
 @click.option(
     "-d",
@@ -189,6 +190,7 @@ def output_for(path: Path, output: Path | None, directory: Path | None) -> Path:
     help="Memory for plane buffers in flight (host, and GPU on CUDA); chunks are whole planes.",
 )
 @device_option
+@scheduler_option
 @overwrite_option
 @skip_existing_option
 @quiet_option
@@ -214,6 +216,7 @@ def normvol(
     ngff: str,
     chunk_mb: float,
     device: str,
+    scheduler: str | None,
     overwrite: bool,
     skip_existing: bool,
     quiet: bool,
@@ -234,6 +237,10 @@ def normvol(
     $ imgops normvol cells.tif --percentile 1 99.8 --clip      # per channel, CSBDeep-style
     $ imgops normvol scan.tif -o scan.ome.zarr
     $ imgops normvol folder/ -r --percentile 1 99.8 -d normalised/
+    $ imgops normvol scan.zarr --percentile 1 99.8 --scheduler local:4   # scan_norm.ome.zarr
+
+    With --scheduler (imgops[dask]) zarr / OME-Zarr inputs are normalised chunk-parallel on a
+    Dask cluster into OME-Zarr, one set of bounds per volume (see docs/DASK.md).
     """
     if output is not None and directory is not None:
         raise click.UsageError("use -o/--output or -d/--output-dir, not both")
@@ -268,7 +275,7 @@ def normvol(
         from ..io.volumes import quiet_tifffile
 
         quiet_tifffile()
-    torch_device = resolve_device(device)
+    torch_device = resolve_device(device) if scheduler is None else device
     options = dict(
         max=maximum if maximum is not None else "data",
         min=minimum,
@@ -285,7 +292,40 @@ def normvol(
         device=torch_device,
         overwrite=overwrite,
     )
+    if scheduler is not None:
+        _run_on_cluster(plan, report, options, scheduler)
+        return
     run_plan(plan, report, lambda src, dst: _normalise_one(src, dst, options, report), "normvol")
+
+
+def _run_on_cluster(plan, report, options: dict, scheduler: str) -> None:
+    """The plan on the Dask cluster `scheduler` names: inputs that cannot go there fail
+    without starting one, then one connection serves every volume."""
+    from ..dask import require_dask
+    from ..dask.cli_option import VOLUME_PRELOAD, check_volume_task, normalize_on_cluster
+    from ..dask.cluster import connect
+
+    require_dask("dask.array", "distributed", "zarr")
+    problems: dict[Path, FileError] = {}
+    for task in plan.tasks:
+        try:
+            check_volume_task(task.source.path, task.target)
+        except FileError as error:
+            problems[task.source.path] = error
+
+    def work_on(client):
+        def work(src: Path, dst: Path):
+            if src in problems:
+                raise problems[src]
+            return normalize_on_cluster(client, src, dst, options, reporter=report)
+
+        return work
+
+    if len(problems) == len(plan.tasks):  # nothing for a cluster to do
+        run_plan(plan, report, work_on(None), "normvol")
+        return
+    with connect(scheduler, preload=VOLUME_PRELOAD) as client:
+        run_plan(plan, report, work_on(client), "normvol")
 
 
 def plan_batch(

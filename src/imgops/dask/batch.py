@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import os
 import time
 import uuid
 from collections import defaultdict
@@ -43,7 +42,7 @@ if TYPE_CHECKING:
 
     from ..pipeline import GrayJob, JobResult, PipelineSettings, Summary
 
-__all__ = ["partition", "remove_stale_temporaries", "run_batch_distributed", "run_partition"]
+__all__ = ["partition", "remove_stale_temporaries_of", "run_batch_distributed", "run_partition"]
 
 #: Partitions per worker thread: enough for balance and a live progress bar, few enough that
 #: the per-task overhead (a few ms) stays small against the files' time.
@@ -77,45 +76,35 @@ def _engine(op: Any) -> Callable[..., Any]:
     return lambda jobs, settings, on_result: pipeline.run_batch(jobs, chosen, settings, on_result)
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+def _temporary_pattern(target: Path) -> tuple[str, str]:
+    """(prefix, suffix) of the temporary names imgops.io.atomic gives `target`'s writers."""
+    from ..io.atomic import TEMP_MARKER, temporary_path_for
+
+    example = temporary_path_for(target).name
+    return example.split(TEMP_MARKER, 1)[0] + TEMP_MARKER, Path(example).suffix
 
 
-def remove_stale_temporaries(targets: Iterable[Path]) -> list[Path]:
-    """Removes temporaries of `targets` whose writer process (on this host) is gone.
+def remove_stale_temporaries_of(targets: Iterable[Path]) -> list[Path]:
+    """Removes the temporaries of `targets` whose writer process (on this host) is gone.
 
-    The engine's temporaries are ".<stem>.imgops-tmp-<pid>-<hex><suffix>" beside the target
-    (imgops.io.atomic); one left by a live process is never touched. Returns what was removed.
+    imgops.io.atomic.stale_temporaries finds them (its name rule and pid check), at any age:
+    a worker that died with the cluster cannot come back to finish them. Only the temporaries of
+    `targets` are touched, never those of other writers in the same folders (on a shared
+    filesystem a "dead" pid may be another host's live writer). Returns what was removed.
     """
-    from ..io.atomic import TEMP_MARKER
+    from ..io.atomic import stale_temporaries
 
     wanted: dict[Path, set[tuple[str, str]]] = defaultdict(set)
     for target in targets:
-        wanted[target.parent].add((target.stem, target.suffix))
+        wanted[Path(target).parent].add(_temporary_pattern(Path(target)))
     removed = []
-    for folder, names in wanted.items():
-        try:
-            entries = list(os.scandir(folder))
-        except OSError:
-            continue
-        for entry in entries:
-            stem, marker, rest = entry.name.partition(TEMP_MARKER)
-            if not marker or not stem.startswith("."):
-                continue
-            pid_text = rest.split("-", 1)[0]
-            suffix = Path(entry.name).suffix
-            if (stem[1:], suffix) not in names or not pid_text.isdigit():
-                continue
-            if not _pid_alive(int(pid_text)):
+    for folder, patterns in wanted.items():
+        for path in stale_temporaries(folder, min_age_seconds=0):
+            name = path.name
+            if any(name.startswith(p) and name.endswith(s) for p, s in patterns):
                 with contextlib.suppress(OSError):
-                    os.unlink(entry.path)
-                    removed.append(Path(entry.path))
+                    path.unlink()
+                    removed.append(path)
     return removed
 
 
@@ -137,7 +126,7 @@ def run_partition(
     """
     import distributed
 
-    remove_stale_temporaries(job.target for job in jobs if job.target is not None)
+    remove_stale_temporaries_of(job.target for job in jobs if job.target is not None)
     threads = settings.jobs
     if threads is None:
         host = distributed.get_worker().address.split("://", 1)[-1].rsplit(":", 1)[0]

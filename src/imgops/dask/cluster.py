@@ -7,6 +7,12 @@
 - "tcp://HOST:PORT" (also tls:// and ucx://) joins a running scheduler; one that does not answer
   within `timeout` seconds is a `SchedulerError` (one line, exit 1 in the CLI).
 
+Local worker processes fork from a multiprocessing forkserver that has imported distributed,
+numpy and the modules the command names (`preload`: the batch engine for gray, torch and the ops
+for normvol) once, instead of each worker spawning a fresh interpreter and importing them
+itself: on the 2-core machine a local:2 cluster starts in ~1.7 s instead of ~3.0-3.6 s and
+closes in ~0.05 s instead of ~2 s. (Not for local-cuda: dask-cuda keeps its own start-up.)
+
 Every process started here gets NCCL_NVLS_ENABLE=0, TORCH_SYMM_MEM_DISABLE_MULTICAST=1 and
 NVSHMEM_DISABLE_NVLS=1 (NVLink multicast stays off), inherited from this process and passed to
 the workers explicitly. Leaving the context closes the client and any cluster it started.
@@ -16,9 +22,10 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import multiprocessing
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -107,8 +114,12 @@ def connect(
     timeout: float = DEFAULT_TIMEOUT_S,
     memory_limit: str | int = "auto",
     quiet: bool = True,
+    preload: Sequence[str] = (),
 ) -> Iterator[distributed.Client]:
     """A `distributed.Client` for `spec`, the default scheduler of dask while the context is open.
+
+    `preload`: modules local workers should have imported before their first task (through
+    the forkserver they fork from); ignored when joining a running scheduler.
 
     Example:
         >>> with connect("local:2") as client:
@@ -124,9 +135,33 @@ def connect(
         with client:
             yield client
         return
-    cluster = _start_local(distributed, parsed, threads_per_worker, memory_limit, quiet)
+    with _worker_start_method(parsed, preload):
+        cluster = _start_local(distributed, parsed, threads_per_worker, memory_limit, quiet)
     with cluster, distributed.Client(cluster, timeout=timeout) as client:
         yield client
+
+
+#: Imported by the forkserver whatever the command (what every worker needs).
+BASE_PRELOAD = ("distributed", "numpy", "imgops.dask.batch", "imgops.dask._blocks")
+
+
+@contextlib.contextmanager
+def _worker_start_method(spec: SchedulerSpec, preload: Sequence[str]) -> Iterator[None]:
+    """Local workers fork from a forkserver holding `preload` imported (see the module)."""
+    import dask
+
+    if spec.kind != "local" or "forkserver" not in multiprocessing.get_all_start_methods():
+        yield
+        return
+    import distributed.utils
+
+    modules = list(dict.fromkeys([*BASE_PRELOAD, *preload]))
+    multiprocessing.get_context("forkserver").set_forkserver_preload(modules)
+    # distributed sets its own preload list (importing pandas, lz4 here to do so) the first
+    # time it makes a forkserver context unless this flag says it was done.
+    distributed.utils._forkserver_preload_set = True
+    with dask.config.set({"distributed.worker.multiprocessing-method": "forkserver"}):
+        yield
 
 
 def _join(distributed, address: str, timeout: float):
