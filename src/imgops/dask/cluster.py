@@ -25,6 +25,7 @@ import logging
 import multiprocessing
 import os
 import time
+import warnings
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -98,6 +99,8 @@ def _quiet_distributed() -> None:
     # gets one line from us instead.
     for name in ("distributed", "distributed.comm", "distributed.core", "distributed.nanny"):
         logging.getLogger(name).setLevel(logging.CRITICAL)
+    # ... and its UserWarnings (a busy port, a large graph) are not the user's to act on.
+    warnings.filterwarnings("ignore", category=UserWarning, module=r"distributed(\.|$)")
 
 
 def _local_workers() -> int:
@@ -179,6 +182,9 @@ def _start_local(distributed, spec: SchedulerSpec, threads: int, memory_limit, q
         "threads_per_worker": threads,
         "processes": True,
         "dashboard_address": None,
+        # The scheduler serves its health routes over HTTP even without a dashboard, on 8787
+        # unless told otherwise, warning on stderr when another cluster holds that port.
+        "scheduler_kwargs": {"dashboard": False, "dashboard_address": ":0"},
         "memory_limit": memory_limit,
         "silence_logs": logging.CRITICAL if quiet else logging.WARNING,
     }
