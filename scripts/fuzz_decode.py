@@ -8,7 +8,8 @@ length edits, zeroed runs, duplicated runs; see tests/fuzz_cases.py) and judges 
 it must either give exactly what OpenCV/tifffile decode (and the exact BT.601 gray), or raise
 the project's clean error type with a one-line message. Cases run in a worker process under a
 memory limit, so a crash, an abort or a runaway allocation is caught and counted too; a case
-that runs past --case-timeout counts as a hang. Prints the number of cases and failures;
+that uses --case-timeout seconds of CPU (or ten times that of wall time: a worker starved on a
+loaded machine is not a hang) counts as a hang. Prints the number of cases and failures;
 exits 1 if any case failed. Every failing input is saved under --save when given.
 """
 
@@ -52,7 +53,12 @@ def worker(seed: int, deadline: float, status: Path, memory_mb: int) -> None:
     while time.time() < deadline:
         name, mutation = _draw(rng)
         data = fc.mutate(fc.sample_bytes(name), mutation)
-        current = {"name": name, "mutation": mutation.describe(), "started": time.time()}
+        current = {
+            "name": name,
+            "mutation": mutation.describe(),
+            "started": time.time(),
+            "cpu_started": _cpu_seconds(os.getpid()),
+        }
         status.write_text(json.dumps({"counts": counts, "failures": failures, "current": current}))
         try:
             if name.endswith(".tif"):
@@ -66,6 +72,23 @@ def worker(seed: int, deadline: float, status: Path, memory_mb: int) -> None:
             counts["failed"] += 1
             failures.append({**current, "reason": str(error)[:300]})
     status.write_text(json.dumps({"counts": counts, "failures": failures, "current": None}))
+
+
+def _cpu_seconds(pid: int) -> float:
+    """CPU time (user + system) a process has used, from /proc; 0 where it cannot be read."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _hung(current: dict, pid: int, case_timeout: float) -> bool:
+    """A case is a hang when it has used `case_timeout` s of CPU, or ten times that in wall
+    time: on a loaded machine a starved worker is slow in wall time, not in CPU time."""
+    wall = time.time() - current["started"]
+    cpu = _cpu_seconds(pid) - current.get("cpu_started", 0.0)
+    return cpu > case_timeout or wall > 10 * case_timeout
 
 
 def _save(folder: Path | None, name: str, mutation: str, index: int) -> None:
@@ -82,7 +105,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=60.0, help="time budget (default 60)")
     parser.add_argument("--seed", type=int, default=None, help="first seed (default: random)")
-    parser.add_argument("--case-timeout", type=float, default=30.0, help="seconds = a hang")
+    parser.add_argument(
+        "--case-timeout", type=float, default=30.0, help="CPU seconds = a hang (10x in wall time)"
+    )
     parser.add_argument("--memory-mb", type=int, default=6144, help="worker address space")
     parser.add_argument("--save", type=Path, default=None, help="folder for failing inputs")
     parser.add_argument("--worker", nargs=3, help=argparse.SUPPRESS)
@@ -110,7 +135,7 @@ def main() -> int:
                 current = json.loads(status.read_text() or "{}").get("current")
             except json.JSONDecodeError:
                 continue
-            if current and time.time() - current["started"] > args.case_timeout:
+            if current and _hung(current, process.pid, args.case_timeout):
                 hung = current
                 process.kill()
                 process.wait()

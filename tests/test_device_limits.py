@@ -21,6 +21,7 @@ from imgops.volume import plan_chunks
 from imgops.volume.stream import run_with_smaller_chunks
 
 SAMPLES = Path(__file__).resolve().parent.parent / "samples"
+CPU = torch.device("cpu")
 
 
 def _stack(path: Path, depth: int, side: int) -> np.ndarray:
@@ -79,6 +80,49 @@ def test_chunk_fallback_gives_up_at_one_slice_and_retries_only_out_of_memory():
     with pytest.raises(RuntimeError):
         run_with_smaller_chunks(run_other, plan, torch.device("cpu"))
     assert len(calls) == 1
+
+
+@pytest.mark.parametrize(
+    ("device", "error", "reason"),
+    [
+        ("cuda", torch.OutOfMemoryError, "out of GPU memory"),
+        ("cuda:0", torch.OutOfMemoryError, "out of GPU memory"),
+        ("cuda", MemoryError, "out of memory"),  # host memory (pinned buffers, numpy)
+        ("cpu", torch.OutOfMemoryError, "out of memory"),  # the CPU allocator's error
+        ("cpu", MemoryError, "out of memory"),
+    ],
+)
+def test_the_retry_line_says_which_memory_ran_out(device, error, reason):
+    plan = plan_chunks((64, 256, 256), "uint16", "float32", chunk_mb=64)
+    notes = []
+
+    def run(p):
+        if p.slices_per_chunk > plan.slices_per_chunk // 2:
+            raise error("injected")
+        return "done"
+
+    # a CUDA device object needs no GPU until memory is touched; nothing is here
+    run_with_smaller_chunks(run, plan, torch.device(device), on_note=notes.append)
+    old, new = plan.slices_per_chunk, plan.halved().slices_per_chunk
+    assert notes == [f"{reason} with {old} planes per chunk; retrying with {new}"]
+
+
+def test_the_device_cache_is_handed_back_once_per_pass_not_per_chunk(tmp_path: Path, monkeypatch):
+    from imgops.volume import stream
+
+    _stack(tmp_path / "scan.tif", 24, 128)
+    calls = []
+    monkeypatch.setattr(stream, "release_cached_memory", lambda device: calls.append(device))
+    from imgops.io.volumes import open_volume
+
+    with open_volume(tmp_path / "scan.tif") as reader:
+        plan = plan_chunks(reader.info.shape, "uint16", "float32", chunk_mb=0.5)
+        assert plan.chunk_count > 3
+        pages = []
+        stream.map_volume(reader, lambda c, s: c[s.core].float(), pages.extend, plan, CPU)
+        assert len(pages) == 24 and len(calls) == 1
+        stream.reduce_volume(reader, lambda c, s: 1, lambda a, b: a + b, plan, CPU)
+        assert len(calls) == 2
 
 
 @pytest.mark.cuda

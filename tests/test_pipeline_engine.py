@@ -581,3 +581,66 @@ def test_an_interrupted_batch_counts_every_file_it_finished(tmp_path: Path, kind
     written = sorted(p.name for p in tmp_path.glob("*.png"))
     assert sorted(f"{r.job.label}.png" for r in reported if r.status == "written") == written
     assert 1 <= len(written) < len(photos)
+
+
+@pytest.mark.parametrize("name", ["rocket_baseline_rgb.jpg", "flower_progressive_3mp.jpg"])
+def test_the_fast_whole_jpeg_check_agrees_with_the_full_scan(name: str):
+    from imgops.io.gpu_decode import jpeg_is_whole
+    from imgops.io.images import jpeg_structure_problem
+
+    data = (SAMPLES / name).read_bytes()
+    step = 1 if len(data) < 100_000 else 97
+    lengths = list(range(2, len(data), step)) + list(range(len(data) - 16, len(data) + 1))
+    for cut in lengths:
+        part = data[:cut]
+        assert jpeg_is_whole(part) == (jpeg_structure_problem(part) is None), cut
+    for tail in (b"\x00" * 3, b"\xff\xd9", b"\xff\xd8\xff\xe0\x00\x10", data[:500]):
+        assert jpeg_is_whole(data + tail) == (jpeg_structure_problem(data + tail) is None)
+
+
+@needs_nvimgcodec
+def test_files_take_the_cpu_path_while_torch_starts(tmp_path: Path, monkeypatch):
+    """While torch/CUDA start, prep threads run whole files through the CPU path (the same
+    bytes as the host engine); once torch is up, the rest go through the device."""
+    import threading
+
+    from imgops.engine import batched
+
+    release = threading.Event()
+    original = batched.TorchStage._start
+
+    def slow_start(self) -> None:
+        release.wait(20)
+        original(self)
+
+    monkeypatch.setattr(batched.TorchStage, "_start", slow_start)
+    photos = (JPEGS * 8)[:12]
+    jobs = [Job(p, tmp_path / "dev" / f"{i:02d}.png", f"{i:02d}") for i, p in enumerate(photos)]
+    (tmp_path / "dev").mkdir()
+    settings = PipelineSettings(device="cpu", jobs=2, batch_size=3)
+    engine = device_engine(GRAY, settings, CPU_PLAN, 2, cpu_backend=True)
+    results: list = []
+
+    def on_result(result) -> None:
+        results.append(result)
+        if len(results) == 4:
+            release.set()  # torch "arrives" after four files
+
+    engine.run(iter(jobs), on_result)
+    assert [r.status for r in results] == ["written"] * len(photos)
+    decoders = [r.decoder for r in results]
+    assert decoders[:4] == ["opencv"] * 4 and "nvimgcodec" in decoders[4:]
+    host = [Job(p, tmp_path / "host" / f"{i:02d}.png", f"{i:02d}") for i, p in enumerate(photos)]
+    (tmp_path / "host").mkdir()
+    run_batch(host, GRAY, PipelineSettings(device="cpu", jobs=2))
+    for result in results:
+        if result.decoder == "opencv":  # the CPU path's bytes exactly
+            name = result.job.target.name
+            assert result.job.target.read_bytes() == (tmp_path / "host" / name).read_bytes()
+
+
+@needs_nvimgcodec
+def test_decoder_gpu_never_takes_the_cpu_path_while_torch_starts(tmp_path: Path):
+    settings = PipelineSettings(device="cpu", jobs=2, batch_size=3, decoder="gpu")
+    engine = device_engine(GRAY, settings, CPU_PLAN, 2, cpu_backend=True)
+    assert not engine.host_while_starting

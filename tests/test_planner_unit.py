@@ -222,9 +222,18 @@ def test_outputs_beside_the_inputs_and_in_a_folder_keeping_sub_folders(tree: Pat
     assert targets(named) == [str(out / "c.png")]  # named files go flat into -d
 
 
+def _png(path: Path, height: int, width: int, channels: int) -> Path:
+    import cv2
+    import numpy as np
+
+    shape = (height, width) if channels == 1 else (height, width, channels)
+    assert cv2.imwrite(str(path), np.zeros(shape, np.uint8))
+    return path
+
+
 def test_a_rerun_never_takes_its_own_outputs_as_inputs(tmp_path: Path):
-    touch(tmp_path / "a.png")
-    touch(tmp_path / "a_gray.png")  # the output of an earlier run
+    _png(tmp_path / "a.png", 30, 40, 3)
+    _png(tmp_path / "a_gray.png", 30, 40, 1)  # the output of an earlier run: a's size
     for sources in (collect(tmp_path), collect(tmp_path / "*.png")):
         result = plan(sources, skip_existing=True)
         assert result.tasks == []
@@ -235,6 +244,17 @@ def test_a_rerun_never_takes_its_own_outputs_as_inputs(tmp_path: Path):
             (str(tmp_path / "a_gray.png"), f"left out: the output of {tmp_path / 'a.png'}")
         ]
         assert result.total == 1
+
+
+def test_a_file_named_like_an_output_but_not_one_is_never_overwritten(tmp_path: Path):
+    """Named like a.png's output, but another image (another size): a real input. The batch
+    would replace it, so it is refused, with or without --overwrite (issue 11, class 1)."""
+    _png(tmp_path / "a.png", 30, 40, 3)
+    _png(tmp_path / "a_gray.png", 31, 40, 1)
+    for sources in (collect(tmp_path), collect(tmp_path / "a.png", tmp_path / "a_gray.png")):
+        for overwrite in (False, True):
+            with pytest.raises(OutputIsInput, match="would overwrite an input"):
+                plan(sources, overwrite=overwrite)
 
 
 def test_two_inputs_writing_one_output_refuse_the_batch_until_named_apart(tmp_path: Path):

@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import os
 import random
+import shutil
 import socket
 import subprocess
 import sys
@@ -33,6 +34,12 @@ pytest.importorskip("imgops.planner", reason="the path oracle needs the shared p
 
 SAMPLES = Path(__file__).resolve().parent.parent / "samples"
 ENV = {**os.environ, "PYTHONWARNINGS": "ignore"}
+#: As root, imgops runs without CAP_DAC_OVERRIDE/CAP_DAC_READ_SEARCH, so chmod 000 applies.
+SETPRIV = shutil.which("setpriv") if os.geteuid() == 0 else None
+NO_DAC = [
+    b"--inh-caps=-dac_override,-dac_read_search",
+    b"--bounding-set=-dac_override,-dac_read_search",
+]
 GOOD = {"png": "coffee_rgb.png", "jpg": "rocket_baseline_rgb.jpg"}
 KINDS = (
     "good", "good", "good", "hardlink", "symlink_good", "long_name", "non_utf8",
@@ -107,7 +114,7 @@ def _make(folder: Path, token: str, kind: str, rng: random.Random, sockets: list
     elif kind == "folder_named_png":
         path.mkdir()
     elif kind == "unreadable":
-        if os.geteuid() == 0:
+        if os.geteuid() == 0 and SETPRIV is None:
             return None  # root reads everything: permission bits do not apply
         path.write_bytes(source.read_bytes())
         path.chmod(0)
@@ -153,7 +160,14 @@ def run_case(tmp: Path, seed: int) -> None:
         )
     try:
         process = subprocess.run(
-            [sys.executable.encode(), b"-m", b"imgops.cli", b"gray", *args],
+            [
+                *([os.fsencode(SETPRIV), *NO_DAC] if SETPRIV else []),
+                sys.executable.encode(),
+                b"-m",
+                b"imgops.cli",
+                b"gray",
+                *args,
+            ],
             capture_output=True,
             timeout=60,
             env=ENV,

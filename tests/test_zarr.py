@@ -183,3 +183,46 @@ def test_overwrite_replaces_a_store_and_refuses_without(zcyx: Path):
     assert invoke(zcyx, "--max", 500, "-o", store, "--pyramid", 1, "--overwrite").exit_code == 0
     assert float(zarr.open_group(store, mode="r")["0"][...].max()) > 1.5
     assert sorted(p.name for p in zcyx.parent.iterdir()) == ["cells.tif", "s.ome.zarr"]
+
+
+def _dead_pid() -> int:
+    import subprocess
+    import sys
+
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    return child.pid
+
+
+def test_a_later_run_removes_stale_temporary_stores_of_dead_runs(zcyx: Path):
+    import os
+    import time
+
+    folder = zcyx.parent
+    dead = _dead_pid()
+    names = {
+        "stale": f".old.ome.imgops-tmp-{dead}-0123abcd.zarr",  # a killed run's store: removed
+        "young": f".new.ome.imgops-tmp-{dead}-4567abcd.zarr",  # dead, but touched just now: kept
+        "alive": f".live.ome.imgops-tmp-{os.getppid()}-89abcdef.zarr",  # a live writer: kept
+        "file": f".f.imgops-tmp-{dead}-fedcba98.zarr",  # not a folder: not this sweep's
+        "user": "mine.zarr",  # not a temporary name: never touched
+    }
+    for kind, name in names.items():
+        path = folder / name
+        if kind == "file":
+            path.write_bytes(b"x")
+        else:
+            (path / "0").mkdir(parents=True)
+            (path / "zarr.json").write_text("{}")
+        if kind != "young":
+            for p in (path / "0", path / "zarr.json", path):
+                if p.exists():
+                    os.utime(p, (time.time() - 3600, time.time() - 3600))
+    result = invoke(zcyx, "--max", 1000, "-o", folder / "out.ome.zarr", "--pyramid", 1)
+    assert result.exit_code == 0, result.output
+    left = {p.name for p in folder.iterdir()}
+    assert names["stale"] not in left
+    assert {names[k] for k in ("young", "alive", "file", "user")} <= left
+    assert "out.ome.zarr" in left and not any(
+        ".out.ome.imgops-tmp-" in name for name in left
+    )  # its own temporary store became the output

@@ -11,12 +11,19 @@ PY=${PYTHON:-python3}
 BATCH=${ENGINE_BATCH_DIR:-/tmp/imgops-photo-batch}
 COUNT=${PROFILE_COUNT:-800}
 export PYTHONUNBUFFERED=1
+# imgops' CLI, then its peak RSS on stderr
+MAXRSS='import resource, runpy, sys
+sys.argv = ["imgops"] + sys.argv[1:]
+try:
+    runpy.run_module("imgops.cli", run_name="__main__")
+finally:
+    print("peak RSS", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024, "MiB", file=sys.stderr)'
 [ -d "$BATCH" ] || $PY scripts/make_photo_batch.py "$BATCH" --count "$COUNT" >"$OUT/profile-batch.txt" 2>&1
 gray() {  # device, extra args...: one timed run
   local device=$1; shift
   rm -rf "/tmp/imgops-profile-$device"; mkdir -p "/tmp/imgops-profile-$device"
   local t0; t0=$(date +%s%N)
-  timeout 300 $PY -m imgops.cli gray "$BATCH" -d "/tmp/imgops-profile-$device" --device "$device" -q "$@"
+  timeout 300 $PY -c "$MAXRSS" gray "$BATCH" -d "/tmp/imgops-profile-$device" --device "$device" -q "$@"
   local rc=$?
   echo "$device rc=$rc wall $(( ($(date +%s%N) - t0) / 1000000 )) ms $*"
 }
@@ -55,7 +62,7 @@ BIG=/tmp/imgops-photo-batch-big
   for device in cuda cpu; do
     rm -rf /tmp/imgops-profile-big; mkdir -p /tmp/imgops-profile-big
     t0=$(date +%s%N)
-    timeout 300 $PY -m imgops.cli gray "$BIG" -d /tmp/imgops-profile-big --device $device -q \
+    timeout 300 $PY -c "$MAXRSS" gray "$BIG" -d /tmp/imgops-profile-big --device $device -q \
       --stats-json "$OUT/profile-big-$device.json"
     echo "big $device rc=$? wall $(( ($(date +%s%N) - t0) / 1000000 )) ms"
   done
@@ -84,6 +91,7 @@ for path in sorted(glob.glob(os.path.join(sys.argv[1], "profile-c*.json")) + glo
     print(os.path.basename(path), files, "files", f"{files / wall:.1f} files/s" if wall else "")
     print("  stages (s, summed over files):", {k: round(v, 2) for k, v in d.get("stage_seconds", {}).items()})
     print("  engine (s, summed over threads):", {k: round(v, 2) for k, v in d.get("engine_seconds", {}).items()})
+    print("  GPU memory in use, peak:", d.get("gpu_peak_bytes"))
 PYEOF
 cat "$OUT/profile-wall.txt" "$OUT/profile-startup.txt"
 head -n 60 "$OUT/profile-sampler-cuda.txt"

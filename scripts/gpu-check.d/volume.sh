@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # volume (issue 12, 16.3 volume engine, 16.5 `imgops bin`) on the GPU machine, after the lead's
 # build step; results in $OUT/volume-*.txt|json.
-#  1. the CUDA tests of the volume engine, normvol hyperstacks and the bin CLI (-m cuda), and the
-#     CPU tests of the same files (they must pass on torch 2.11 too)
+#  1. the CUDA tests of the device limits (the OOM retry line, the cache handed back between
+#     files), the volume engine, normvol hyperstacks and the bin CLI (-m cuda), and the CPU
+#     tests of the same files (they must pass on torch 2.11 too)
 #  2. a 16 GB normvol benchmark on CUDA: the per-channel percentile path and OME-Zarr with pyramid
 #     (issue 12's zarr goal), then the 2-channel vs 1-channel percentile goal at 4 GB (disk: the
 #     hyperstack copy and the float32 output of 16 GB would not fit the 64 GB disk)
@@ -12,7 +13,7 @@ OUT=${OUT:-$PWD/gpu-check-out}
 PY=${PY:-python3}
 mkdir -p "$OUT"
 export PYTHONPATH=$PWD/src${PYTHONPATH:+:$PYTHONPATH}
-FILES="tests/test_volume_engine.py tests/test_hyperstack.py tests/test_cli_bin.py tests/test_zarr.py tests/test_volume_streaming.py tests/test_volumes.py tests/test_cli_normvol.py"
+FILES="tests/test_device_limits.py tests/test_volume_engine.py tests/test_hyperstack.py tests/test_cli_bin.py tests/test_zarr.py tests/test_volume_streaming.py tests/test_volumes.py tests/test_cli_normvol.py"
 
 echo "== 1. CUDA tests (volume engine, hyperstacks, bin)" | tee "$OUT/volume-tests.txt"
 $PY -m pytest $FILES -m cuda -q -p no:cacheprovider -rs >>"$OUT/volume-tests.txt" 2>&1

@@ -476,19 +476,46 @@ def _plan_single(
 def _drop_earlier_outputs(
     pairs: list[tuple[Source, Path]], plan: Plan
 ) -> list[tuple[Source, Path]]:
-    """Leaves out inputs that are another input's output (a rerun over `*.png` or a folder)
-    unless their own output is themselves (then the batch is refused: see _check_batch)."""
+    """Leaves out inputs that are an earlier run's output of another input (a rerun over
+    `*.png` or a folder): named as that input's output, with its width and height. Any other
+    input named like another's output is a real file the batch would overwrite: it stays, and
+    _check_batch refuses the batch. So is an input whose own output is itself."""
     targets = {_path_key(target): item for item, target in pairs}
     kept = []
     for item, target in pairs:
         assert item.path is not None
         maker = targets.get(_path_key(item.path))
         own_target = _path_key(target) == _path_key(item.path)
-        if maker is not None and maker is not item and not own_target:
+        if (
+            maker is not None
+            and maker is not item
+            and not own_target
+            and maker.path is not None
+            and _same_size(item.path, maker.path)
+        ):
             plan.left_out.append(Problem(item.label, f"left out: the output of {maker.label}"))
             continue
         kept.append((item, target))
     return kept
+
+
+def _same_size(candidate: Path, source: Path) -> bool:
+    """Whether two image files' headers give the same width and height (False if either
+    header cannot be read): what an earlier output of `source` looks like."""
+    from .io.image_headers import header_info
+
+    sizes = []
+    for path in (candidate, source):
+        try:
+            with open(path, "rb") as f:
+                head = f.read(1 << 20)
+        except OSError:
+            return False
+        info = header_info(head)
+        if info is None:
+            return False
+        sizes.append((info.width, info.height))
+    return sizes[0] == sizes[1]
 
 
 def _check_batch(pairs: list[tuple[Source, Path]], collision_hint: str) -> None:

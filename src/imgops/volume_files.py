@@ -17,6 +17,8 @@ Semantics (docs/VOLUMES.md has the full statement):
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import math
 import os
 from collections.abc import Callable, Sequence
@@ -164,6 +166,28 @@ def _target_kind(target: Path) -> str:
     return "zarr" if target.name.lower().endswith(".zarr") else "tiff"
 
 
+def _hands_back_device_memory(function):
+    """Decorator for the file functions: once a call is over (its frame and tensors gone), the
+    CUDA allocator's cache goes back to the driver, so nothing stays reserved between files."""
+
+    @functools.wraps(function)
+    def call(*args, **kwargs):
+        from .volume.stream import release_cached_memory
+
+        device = kwargs.get("device", "cpu")
+        try:
+            result = function(*args, **kwargs)
+        except BaseException:
+            with contextlib.suppress(Exception):  # never hide the error itself
+                release_cached_memory(device)
+            raise
+        release_cached_memory(device)
+        return result
+
+    return call
+
+
+@_hands_back_device_memory
 def normalize_file(
     src: str | os.PathLike[str],
     dst: str | os.PathLike[str],
@@ -193,7 +217,6 @@ def normalize_file(
     Example:
         >>> normalize_file("scan.tif", "scan_norm.tif", percentiles=(1, 99.8), clip=True)
     """
-    import contextlib
     import time
 
     import torch
@@ -238,7 +261,13 @@ def normalize_file(
                         f"--{end} lists {len(bound)} values, the stack has "
                         f"{info.channels} channels",
                     )
-        plan = plan_chunks(info.shape, info.dtype, dtype, chunk_mb, pinned=device.type == "cuda")
+        plan = plan_chunks(
+            info.shape,
+            info.dtype,
+            dtype,
+            _engine_mb(chunk_mb, target, info, dtype),
+            pinned=device.type == "cuda",
+        )
         say(
             "detail",
             (
@@ -249,12 +278,8 @@ def normalize_file(
             ),
         )
 
-        def retry(old, new) -> None:
-            say(
-                "info",
-                f"{src}: out of memory with {old.slices_per_chunk} planes per chunk; "
-                f"retrying with {new.slices_per_chunk}",
-            )
+        def retry(note: str) -> None:
+            say("info", f"{src}: {note}")
 
         needs_scan = percentiles is not None or "data" in (max, minimum)
         kind = _target_kind(target)
@@ -276,7 +301,7 @@ def normalize_file(
                         on_progress=advance,
                     )
 
-            stats, plan = run_with_smaller_chunks(scan, plan, device, on_retry=retry)
+            stats, plan = run_with_smaller_chunks(scan, plan, device, on_note=retry)
             if stats.nonfinite:
                 say(
                     "warning",
@@ -350,7 +375,7 @@ def normalize_file(
                 return map_volume(reader, fn, write_pages, plan, device, on_progress=advance)
 
         try:
-            stream, plan = run_with_smaller_chunks(normalise, plan, device, on_retry=retry)
+            stream, plan = run_with_smaller_chunks(normalise, plan, device, on_note=retry)
         except OutputExistsError as error:
             raise FileError(target, "output exists (use --overwrite)") from error
         except OSError as error:
@@ -389,6 +414,17 @@ def normalize_file(
         f"{stream.seconds:.2f} s, peak buffers {stream.peak_buffer_bytes / 2**20:.1f} MiB",
     )
     return result
+
+
+def _engine_mb(chunk_mb: float, target: Path, info, dtype: str) -> float:
+    """The engine's share of --chunk-mb: all of it for TIFF; for Zarr, less what the OME-Zarr
+    writer holds (its open blocks and those being compressed), at least half."""
+    if _target_kind(target) != "zarr":
+        return chunk_mb
+    from .io.zarr_io import OmeZarrWriter
+
+    writer_mb = OmeZarrWriter(target, info, dtype, levels=1).buffer_bytes / 2**20
+    return max(chunk_mb / 2, chunk_mb - writer_mb)
 
 
 def _check_compression(target: Path, kind: str, compression: str) -> None:
@@ -514,6 +550,7 @@ def bin_fn(fz: int, fy: int, fx: int, inner: int):
     return fn
 
 
+@_hands_back_device_memory
 def bin_file(
     src: str | os.PathLike[str],
     dst: str | os.PathLike[str],
@@ -532,7 +569,6 @@ def bin_file(
     Integer types give the exact mean rounded half up, float32 the float64 mean cast;
     uint8/uint16/int16/float32 stacks; the output keeps the input's dtype and metadata.
     """
-    import contextlib
     import time
 
     import torch
@@ -605,15 +641,11 @@ def bin_file(
                     on_progress=advance,
                 )
 
-        def retry(old, new) -> None:
-            say(
-                "info",
-                f"{src}: out of memory with {old.slices_per_chunk} planes per chunk; "
-                f"retrying with {new.slices_per_chunk}",
-            )
+        def retry(note: str) -> None:
+            say("info", f"{src}: {note}")
 
         try:
-            run_with_smaller_chunks(run, plan, device, on_retry=retry)
+            run_with_smaller_chunks(run, plan, device, on_note=retry)
         except OutputExistsError as error:
             raise FileError(target, "output exists (use --overwrite)") from error
         except OSError as error:

@@ -49,7 +49,7 @@ def bin_output_for(path: Path, output: Path | None, directory: Path | None, fact
 
 
 @click.command(name="bin")
-@click.argument("inputs", nargs=-1, type=click.Path(path_type=Path))
+@click.argument("inputs", nargs=-1, type=click.Path(path_type=Path, readable=False))
 @click.option(
     "--factor",
     "factors",

@@ -97,7 +97,7 @@ def output_for(path: Path, output: Path | None, directory: Path | None) -> Path:
 
 
 @click.command()
-@click.argument("inputs", nargs=-1, type=click.Path(path_type=Path))
+@click.argument("inputs", nargs=-1, type=click.Path(path_type=Path, readable=False))
 @click.option("-o", "--output", type=click.Path(path_type=Path), help="Output (.tif or .ome.zarr).")
 @click.option(
     "-d",

@@ -160,6 +160,9 @@ class DeviceEngine:
         self.op, self.settings, self.workers = op, settings, workers
         self.writer = Writer(settings)
         self.host = HostWorker(op, settings, self.writer) if op.cpu is not None else None
+        #: While torch starts, files take the CPU path on the prep threads (not with
+        #: --decoder gpu, which asks for the GPU's decode of every file).
+        self.host_while_starting = self.host is not None and settings.decoder != "gpu"
         self.stop = threading.Event()
         self.results: queue.Queue[Any] = queue.Queue()
         self.items: queue.Queue[Any] = queue.Queue()
@@ -177,6 +180,7 @@ class DeviceEngine:
         self.pool: BufferPool | None = None
         self.max_in_flight = 0
         self.phases = Phases()
+        self.gpu_peak_bytes: int | None = None
 
     # ---------------------------------------------------------------- the calling thread
     def run(self, jobs: Iterator[Job], on_result: Callable[[JobResult], None]) -> None:
@@ -185,7 +189,9 @@ class DeviceEngine:
             self.decoder = self._decoder_factory()  # raises GpuDecoderUnavailable early
         # Reading and a header check take a few ms a file; with GPU decode, half the workers do
         # it and the rest of the cores stay with the encodes (the CPU decodes need them all).
-        preps = self.workers if self.decoder is None else max(2, self.workers // 2)
+        # While torch starts they run whole files on the CPU path: all the workers then.
+        gpu_decode = self.decoder is not None and not self.host_while_starting
+        preps = max(2, self.workers // 2) if gpu_decode else self.workers
         prep = ThreadPoolExecutor(preps, thread_name_prefix="imgops-prep")
         self.encoders = ThreadPoolExecutor(self.workers, thread_name_prefix="imgops-encode")
         device_thread = threading.Thread(target=self._device_loop, name="imgops-device")
@@ -244,7 +250,7 @@ class DeviceEngine:
         except BaseException as error:  # guard lets nothing through; this is a bug
             self.results.put(FatalError(error))
             return
-        if result.status == "failed":
+        if result.status == "failed" or item.extra.get("done_on_host"):
             self._release(item)
             self.results.put(result)
         else:
@@ -257,6 +263,14 @@ class DeviceEngine:
         now = time.perf_counter()
         seconds["read"], start = now - start, now
         self.phases.add("prep.read", seconds["read"])
+        if self.host_while_starting and not self.torch_stage.future.done():
+            # torch and CUDA are still starting (seconds): this file takes the CPU path now
+            # instead of waiting, so a small batch on CUDA finishes no later than on the CPU.
+            data, item.data = item.data, None
+            self.host.finish(item.result, data, start)  # type: ignore[union-attr]
+            item.extra["done_on_host"] = True
+            self.phases.add("prep.host_path", time.perf_counter() - start)
+            return
         if self.decoder is not None:
             item.candidate = self.decoder.accept(item.data, self.max_pixels)
             now = time.perf_counter()
@@ -291,6 +305,9 @@ class DeviceEngine:
         """
         retiring: tuple[Any, list[Any]] | None = None
         waiting: list[tuple[list[_Item], dict[int, Any]]] = []
+        if self.decoder is not None and self.host_while_starting:
+            with self.phases.timed("device.warm_up"):  # while the first files take the CPU path
+                self.decoder.warm_up()
         try:
             while not self.stop.is_set():
                 batch = self._gather(block=not waiting)
@@ -472,6 +489,9 @@ class DeviceEngine:
                     self._fallback(item, "out of GPU memory")
             return None, []
         self.phases.add("device.run", time.perf_counter() - start - self._pool_wait)
+        if stage.cuda:  # the whole device: nvImageCodec allocates outside torch's allocator
+            free, total = torch.cuda.mem_get_info(stage.device)
+            self.gpu_peak_bytes = max(self.gpu_peak_bytes or 0, total - free)
         return event, keep
 
     def _take_gpu_image(self, item: _Item, image: Any, stage: TorchStage, keep: list) -> None:

@@ -59,6 +59,7 @@ def run_batch(
             raise error.cause from None
         finally:
             summary.engine = engine.phases.snapshot()
+            summary.gpu_peak_bytes = engine.gpu_peak_bytes
     summary.wall_seconds = time.perf_counter() - started
     return summary
 

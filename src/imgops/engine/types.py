@@ -109,6 +109,9 @@ class Summary:
     #: Seconds the device engine's threads spent in each of their phases (waits included):
     #: where a batch on the device path spends its time. Empty on the CPU path.
     engine: dict[str, float] = field(default_factory=dict)
+    #: The most GPU memory in use (the whole device, nvImageCodec's buffers included) seen after
+    #: a batch on CUDA; None on the CPU.
+    gpu_peak_bytes: int | None = None
 
     def add(self, result: JobResult) -> None:
         """Counts one result."""
@@ -136,6 +139,7 @@ class Summary:
             "wall_seconds": self.wall_seconds,
             "stage_seconds": dict(self.stage_seconds),
             "engine_seconds": dict(self.engine),
+            "gpu_peak_bytes": self.gpu_peak_bytes,
         }
 
     def line(self) -> str:

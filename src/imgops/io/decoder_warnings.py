@@ -240,11 +240,13 @@ def uninstall() -> None:
         if state is None:
             return
         state.stop.set()
-        if state.reader is not None:
-            state.reader.join(timeout=1)
         with contextlib.suppress(Exception):
             sys.stderr.flush()
+        # Restoring descriptor 2 first closes the pipe's last write end: the reader sees the end
+        # of its input at once instead of at its next 0.2 s poll.
         os.dup2(state.saved_fd, 2)
+        if state.reader is not None:
+            state.reader.join(timeout=1)
         with state.lock:
             state.active.clear()
             state.forward(bytes(state.buffer))

@@ -11,15 +11,16 @@ pyramid halving Y and X per level with `imgops.ops.bin` as each block of cz plan
 so memory stays a few blocks. Scale from the physical sizes, `omero` channel windows.
 The store is written under a hidden temporary name (`atomic_store`) and renamed into place at
 the end; the NGFF `multiscales` metadata is written last, so an interrupted write never leaves
-a store that looks like a complete image (only a hidden `.NAME.imgops-tmp-*` folder).
+a store that looks like a complete image (only a hidden `.NAME.imgops-tmp-*` folder, which
+the next run writing a store into that folder removes once its writer is dead).
 """
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import math
 import os
-import secrets
 import shutil
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -39,6 +40,8 @@ __all__ = [
     "default_levels",
     "is_zarr_path",
     "open_zarr_volume",
+    "remove_stale_stores",
+    "stale_stores",
 ]
 
 TEMP_MARKER = ".imgops-tmp-"
@@ -46,6 +49,7 @@ ZARR_COMPRESSIONS = ("zstd", "blosc", "zlib", "none")
 _CHUNK_BYTES = 4 << 20  # uncompressed bytes per chunk, about
 _BLOCK_BUFFER_BYTES = 256 << 20  # planes held while blocks of cz planes fill up, at most
 _TILE = 512
+_BLOCKS_AT_ONCE = 3  # blocks (each with its pyramid levels) being compressed and written at once
 
 
 def is_zarr_path(path: Path) -> bool:
@@ -305,6 +309,7 @@ class OmeZarrWriter:
         name: str = "",
         ngff_version: str = "0.5",
         chunk_bytes: int = _CHUNK_BYTES,
+        blocks_at_once: int | None = None,
     ) -> None:
         import numpy as np
 
@@ -332,6 +337,11 @@ class OmeZarrWriter:
         # one chunk layer per write: 4 layers per write measured slower and 15 % more RSS
         self.block_depth = cz
         self.tile = (tile_y, tile_x)
+        self.blocks_at_once = max(1, int(blocks_at_once or _BLOCKS_AT_ONCE))
+        # the blocks filling up (one per plane index inside Z) and those being written, with
+        # their pyramid levels (a third more) and zarr's per-chunk copies: what to take off
+        # the engine's buffer budget
+        self.buffer_bytes = (inner + 2 * self.blocks_at_once) * cz * plane_bytes * 4 // 3
 
     def _level_shape(self, level: int) -> tuple[int, ...]:
         lead = tuple(self.lead_sizes[self.lead_axes.index(a)] for a in self.axes[:-2])
@@ -369,6 +379,14 @@ class OmeZarrWriter:
         if self.levels > 1 and min(self.height, self.width) >= 2:
             downsample_yx(np.zeros((1, 2, 2), self.dtype))  # fails now, not after the first block
         group, arrays = self._create()
+        with _BlockWriter(self._write_block, arrays, self.blocks_at_once) as blocks:
+            self._fill_blocks(pages, blocks.submit)
+        group.attrs.update(self._attributes())
+
+    def _fill_blocks(self, pages: Iterable[np.ndarray], submit) -> None:
+        """Copies the pages into blocks of cz planes; `submit(key, block)` each one complete."""
+        import numpy as np
+
         depth = self.lead_sizes[self.lead_axes.index("Z")] if "Z" in self.lead_axes else 1
         open_blocks: dict[tuple, list] = {}
         count = 0
@@ -389,10 +407,9 @@ class OmeZarrWriter:
             entry[1] += 1
             if entry[1] == entry[0].shape[0]:
                 del open_blocks[key]
-                self._write_block(arrays, key, entry[0])
+                submit(key, entry[0])
         if count != self.info.depth or open_blocks:
             raise ValueError(f"expected {self.info.depth} planes, got {count}")
-        group.attrs.update(self._attributes())
 
     def _write_block(self, arrays, key: tuple, block: np.ndarray) -> None:
         z0 = key[-1]
@@ -426,22 +443,71 @@ class OmeZarrWriter:
         )
 
 
+class _BlockWriter:
+    """Writes complete blocks (every pyramid level of each) on a few threads, in order of
+    submission, at most `at_once` blocks in flight (so memory stays a few blocks).
+
+    One block's level writes compress a handful of chunks (a pyramid level's block is often one
+    chunk); writing several blocks at once keeps every core compressing while the next block
+    fills. Blocks touch disjoint chunks, so the store is the same whatever the order. The first
+    error of a write is raised by the next `submit` or at the end; on the way out every write
+    still running is waited for (none outlives the temporary store).
+    """
+
+    def __init__(self, write_block, arrays, at_once: int) -> None:
+        self.write_block, self.arrays, self.at_once = write_block, arrays, at_once
+        self.pool = None
+        self.pending: collections.deque = collections.deque()
+
+    def __enter__(self) -> _BlockWriter:
+        if self.at_once > 1:
+            from concurrent.futures import ThreadPoolExecutor
+
+            self.pool = ThreadPoolExecutor(self.at_once, thread_name_prefix="imgops-zarr")
+        return self
+
+    def submit(self, key: tuple, block: np.ndarray) -> None:
+        """Writes `block` now (one at a time) or queues it, waiting while too many are queued."""
+        if self.pool is None:
+            self.write_block(self.arrays, key, block)
+            return
+        self.pending.append(self.pool.submit(self.write_block, self.arrays, key, block))
+        while len(self.pending) > self.at_once or (self.pending and self.pending[0].done()):
+            self.pending.popleft().result()
+
+    def __exit__(self, kind, error, trace) -> None:
+        if self.pool is None:
+            return
+        try:
+            if kind is None:
+                while self.pending:
+                    self.pending.popleft().result()
+        finally:
+            for future in self.pending:
+                future.cancel()
+            self.pool.shutdown(wait=True)
+
+
 @contextlib.contextmanager
 def atomic_store(target: Path, *, overwrite: bool) -> Iterator[Path]:
     """Yields a hidden temporary store path beside `target`; on success it is renamed onto
-    `target` (an old store is moved aside first and removed after), on any error removed."""
+    `target` (an old store is moved aside first and removed after), on any error removed.
+
+    The temporary names are those of `imgops.io.atomic` (`.<stem>.imgops-tmp-<pid>-<hex>.zarr`),
+    so a store left by a killed run is recognised: the first store this process writes into a
+    folder removes the stale ones there (`remove_stale_stores`).
+    """
+    from .atomic import OutputExistsError, temporary_path_for
+
     target = Path(target)
     if not overwrite and (target.exists() or target.is_symlink()):
-        from .atomic import OutputExistsError
-
         raise OutputExistsError(f"{target}: output exists (use --overwrite)")
-    token = f"{os.getpid()}-{secrets.token_hex(4)}"
-    stem = target.name[: -len(".ome.zarr")] if target.name.endswith(".ome.zarr") else target.stem
-    temp = target.with_name(f".{stem}{TEMP_MARKER}{token}.zarr")
+    _sweep_once(target.parent)
+    temp = temporary_path_for(target)
     try:
         yield temp
         if target.exists() or target.is_symlink():
-            old = target.with_name(f".{stem}{TEMP_MARKER}{token}-old.zarr")
+            old = temporary_path_for(target)
             os.replace(target, old)
             os.replace(temp, target)
             _remove(old)
@@ -449,6 +515,79 @@ def atomic_store(target: Path, *, overwrite: bool) -> Iterator[Path]:
             os.replace(temp, target)
     finally:
         _remove(temp)
+
+
+def stale_stores(folder: str | os.PathLike[str], *, min_age_seconds: float | None = None) -> list:
+    """Temporary Zarr stores (folders) in `folder` left by dead imgops processes and untouched
+    for `min_age_seconds` (default `imgops.io.atomic.STALE_AFTER_SECONDS`)."""
+    import time
+
+    from .atomic import STALE_AFTER_SECONDS, temporary_owner
+
+    age = STALE_AFTER_SECONDS if min_age_seconds is None else min_age_seconds
+    found = []
+    try:
+        entries = list(os.scandir(folder))
+    except OSError:
+        return found
+    for entry in entries:
+        if TEMP_MARKER not in entry.name or not entry.name.endswith(".zarr"):
+            continue
+        pid = temporary_owner(Path(entry.name))
+        if pid is None or pid == os.getpid() or _alive(pid):
+            continue
+        try:
+            if not entry.is_dir(follow_symlinks=False):
+                continue
+            newest = max(entry.stat(follow_symlinks=False).st_mtime, _newest_metadata(entry.path))
+        except OSError:
+            continue
+        if time.time() - newest >= age:
+            found.append(Path(entry.path))
+    return sorted(found)
+
+
+def remove_stale_stores(
+    folder: str | os.PathLike[str], *, min_age_seconds: float | None = None
+) -> list:
+    """Removes the stale temporary stores of `folder` (see `stale_stores`); returns them."""
+    removed = []
+    for path in stale_stores(folder, min_age_seconds=min_age_seconds):
+        _remove(path)
+        if not path.exists():
+            removed.append(path)
+    return removed
+
+
+_swept: set[str] = set()
+
+
+def _sweep_once(folder: Path) -> None:
+    key = os.path.abspath(folder)
+    if key not in _swept:
+        _swept.add(key)
+        remove_stale_stores(folder)
+
+
+def _newest_metadata(store: str) -> float:
+    """The newest mtime of a store's top level and its arrays' folders (chunks land there)."""
+    newest = 0.0
+    with contextlib.suppress(OSError):
+        for entry in os.scandir(store):
+            newest = max(newest, entry.stat(follow_symlinks=False).st_mtime)
+    return newest
+
+
+def _alive(pid: int) -> bool:
+    if pid <= 0:
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # EPERM: it exists, owned by someone else
+        return True
+    return True
 
 
 def _remove(path: Path) -> None:

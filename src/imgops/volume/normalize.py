@@ -123,47 +123,74 @@ def scan_groups(
 class OutsideCounter:
     """Counts outputs outside [0, 1] (without --clip) and float16 overflows to +-inf.
 
-    On the CPU a run is counted only when its min/max show something outside (one cheap pass);
-    on CUDA the counts stay on the device until `totals()`, so nothing waits.
+    On the CPU a run is counted only when its min/max show something outside (one cheap pass),
+    then only on the side that is outside, in numpy, plane by plane into one reused mask (torch's
+    comparisons cost more than the kernel itself here; whole-chunk boolean temporaries of tens
+    of MB grow the heap of a long run through fragmentation). On CUDA the counts stay on the
+    device until `totals()`, so nothing waits.
     """
 
     def __init__(self, *, clip: bool, float16: bool) -> None:
         self.clip, self.float16 = clip, float16
         self._outside: list = []
         self._overflow: list = []
+        self._cpu_outside = 0
+        self._cpu_overflow = 0
+        self._masks: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
 
     def add(self, out: torch.Tensor, x: torch.Tensor) -> None:
         """Counts one run's output `out` (from input `x`)."""
-        import torch
-
         if out.numel() == 0:
             return
         if out.device.type == "cpu":
-            low, high = (float(v) for v in torch.aminmax(out))
-            suspicious = not (low >= 0.0 and high <= 1.0)  # NaN is suspicious too
+            self._add_cpu(out, x)
         else:
-            suspicious = True
-        if not suspicious:
+            self._add_device(out, x)
+
+    def _add_cpu(self, out: torch.Tensor, x: torch.Tensor) -> None:
+        import torch
+
+        low, high = (float(v) for v in torch.aminmax(out))
+        below, above = not low >= 0.0, not high <= 1.0  # NaN makes both true
+        if not (below or above):
             return
-        # plane by plane: the boolean temporaries stay one plane (whole-chunk ones of tens of
-        # MB grow the heap of a long run by hundreds of MB through fragmentation)
-        cpu = out.device.type == "cpu"
-        for i in range(out.shape[0] if cpu else 1):
-            plane, source = (out[i], x[i]) if cpu else (out, x)
+        values = out.numpy()
+        mask, finite = self._mask(values.shape[1:])
+        source = x.numpy() if self.float16 and x.is_floating_point() else None
+        for i, plane in enumerate(values):
             if not self.clip:
-                self._outside.append(torch.count_nonzero((plane < 0) | (plane > 1)))
+                if below:
+                    self._cpu_outside += int(np.count_nonzero(np.less(plane, 0, out=mask)))
+                if above:
+                    self._cpu_outside += int(np.count_nonzero(np.greater(plane, 1, out=mask)))
             if self.float16:
-                overflow = torch.isinf(plane)
-                if source.is_floating_point():
-                    overflow &= torch.isfinite(source)
-                self._overflow.append(torch.count_nonzero(overflow))
-        if cpu:  # keep the list short; CUDA sums are read at the end
-            self._outside = [sum(int(v) for v in self._outside)]
-            self._overflow = [sum(int(v) for v in self._overflow)]
+                np.isinf(plane, out=mask)
+                if source is not None:
+                    mask &= np.isfinite(source[i], out=finite)
+                self._cpu_overflow += int(np.count_nonzero(mask))
+
+    def _mask(self, shape: tuple) -> tuple[np.ndarray, np.ndarray]:
+        masks = self._masks.get(shape)
+        if masks is None:
+            masks = self._masks[shape] = (np.empty(shape, bool), np.empty(shape, bool))
+        return masks
+
+    def _add_device(self, out: torch.Tensor, x: torch.Tensor) -> None:
+        import torch
+
+        if not self.clip:
+            self._outside.append(torch.count_nonzero((out < 0) | (out > 1)))
+        if self.float16:
+            overflow = torch.isinf(out)
+            if x.is_floating_point():
+                overflow &= torch.isfinite(x)
+            self._overflow.append(torch.count_nonzero(overflow))
 
     def totals(self) -> tuple[int, int]:
         """(values outside [0, 1], float16 overflows)."""
-        return sum(int(v) for v in self._outside), sum(int(v) for v in self._overflow)
+        outside = self._cpu_outside + sum(int(v) for v in self._outside)
+        overflow = self._cpu_overflow + sum(int(v) for v in self._overflow)
+        return outside, overflow
 
 
 def _kernel_input(x: torch.Tensor):

@@ -38,6 +38,9 @@ __all__ = [
     "StreamStats",
     "map_volume",
     "reduce_volume",
+    "out_of_memory_reason",
+    "release_cached_memory",
+    "retry_note",
     "run_with_smaller_chunks",
     "torch_dtype",
 ]
@@ -267,24 +270,31 @@ def reduce_volume(
     chunk order on the calling thread. Returns the merged value (`initial` for an empty volume).
     """
     with _on_device(device):
-        stages = _Stages(reader, plan, device, _Budget())
-        acc = initial
-        completed = False
-        with stages.running():
-            for slot in stages.chunks():
-                span = slot.span
-                chunk = slot.to_device(span.read_stop - span.read_start, stages.copy_stream)
-                part = fn(chunk, span)
-                slot.release_device()
-                acc = part if acc is None else merge(acc, part)
-                stages.free.put(slot)  # the reader waits for the slot's H2D copy before refilling
-                if on_progress is not None:
-                    on_progress(span.stop - span.start)
-            _synchronize(device)
-            completed = True
-        if not completed:
-            raise StreamAborted("the first pass stopped early")
-        return acc
+        result = _reduce(reader, fn, merge, plan, device, initial, on_progress)
+    release_cached_memory(device)  # the pass's buffers are gone with _reduce's frame
+    return result
+
+
+def _reduce(reader, fn, merge, plan, device, initial, on_progress) -> Any:
+    """The pass itself: its buffers are freed when this frame ends."""
+    stages = _Stages(reader, plan, device, _Budget())
+    acc = initial
+    completed = False
+    with stages.running():
+        for slot in stages.chunks():
+            span = slot.span
+            chunk = slot.to_device(span.read_stop - span.read_start, stages.copy_stream)
+            part = fn(chunk, span)
+            slot.release_device()
+            acc = part if acc is None else merge(acc, part)
+            stages.free.put(slot)  # the reader waits for the slot's H2D copy before refilling
+            if on_progress is not None:
+                on_progress(span.stop - span.start)
+        _synchronize(device)
+        completed = True
+    if not completed:
+        raise StreamAborted("the first pass stopped early")
+    return acc
 
 
 class _Outputs:
@@ -356,7 +366,9 @@ def map_volume(
     stage; the caller's atomic output discards the partial file.
     """
     with _on_device(device):
-        return _map(reader, fn, write_pages, plan, device, on_progress)
+        stats = _map(reader, fn, write_pages, plan, device, on_progress)
+    release_cached_memory(device)  # the pass's buffers are gone with _map's frame
+    return stats
 
 
 def _map(reader, fn, write_pages, plan, device, on_progress) -> StreamStats:
@@ -423,13 +435,25 @@ def _map(reader, fn, write_pages, plan, device, on_progress) -> StreamStats:
     return stats
 
 
+def release_cached_memory(device) -> None:
+    """Hands the allocator's cached blocks back to the driver (CUDA only; no-op elsewhere).
+
+    Called once per pass and once per file, never per chunk: the blocks of freed tensors go
+    back, so `torch.cuda.memory_reserved()` drops to what live tensors need.
+    """
+    kind = device.type if hasattr(device, "type") else str(device).split(":")[0]
+    if kind == "cuda":
+        import torch
+
+        if torch.cuda.is_initialized():
+            torch.cuda.synchronize(device)  # blocks freed with record_stream wait for their events
+            torch.cuda.empty_cache()
+
+
 def release_device_memory(device) -> None:
     """Frees unreachable tensors and hands cached blocks back to the driver (CUDA only)."""
     gc.collect()  # a failed stream leaves its buffers in a traceback cycle
-    if device.type == "cuda":
-        import torch
-
-        torch.cuda.empty_cache()
+    release_cached_memory(device)
 
 
 def _out_of_memory_types() -> tuple[type[BaseException], ...]:
@@ -438,30 +462,55 @@ def _out_of_memory_types() -> tuple[type[BaseException], ...]:
     return (torch.OutOfMemoryError, MemoryError)
 
 
+def out_of_memory_reason(error: BaseException, device) -> str:
+    """The reason a retry names: "out of GPU memory" for a torch out-of-memory error on a CUDA
+    device, else "out of memory" (host memory: `MemoryError`, or the CPU allocator's error)."""
+    import torch
+
+    on_gpu = (device.type if hasattr(device, "type") else str(device).split(":")[0]) == "cuda"
+    if on_gpu and isinstance(error, torch.OutOfMemoryError):
+        return "out of GPU memory"
+    return "out of memory"
+
+
+def retry_note(reason: str, old: ChunkPlan, new: ChunkPlan) -> str:
+    """The line a retry prints, e.g. "out of GPU memory with 32 planes per chunk; retrying
+    with 16"."""
+    return (
+        f"{reason} with {old.slices_per_chunk} planes per chunk; "
+        f"retrying with {new.slices_per_chunk}"
+    )
+
+
 def run_with_smaller_chunks(
     run: Callable[[ChunkPlan], Any],
     plan: ChunkPlan,
     device,
     *,
     on_retry: Callable[[ChunkPlan, ChunkPlan], None] | None = None,
+    on_note: Callable[[str], None] | None = None,
 ) -> tuple[Any, ChunkPlan]:
     """(run(plan), plan), halving the planes per chunk after each out-of-memory error.
 
     Only `torch.OutOfMemoryError` and `MemoryError` are retried; each try starts the pass over
     (the caller's writer must start its output afresh). With one unit per chunk the error goes
-    to the caller. `on_retry(old, new)` is told before each retry.
+    to the caller. `on_retry(old, new)` is told before each retry, and `on_note` gets the line
+    to print (`retry_note`: "out of GPU memory ..." on CUDA, "out of memory ..." on the host).
     """
     oom = _out_of_memory_types()
     while True:
         try:
             return run(plan), plan
-        except oom:
+        except oom as error:
             if plan.slices_per_chunk <= plan.align:
                 raise
+            reason = out_of_memory_reason(error, device)
         # Out of the except block: the failed try's buffers are referenced only by the
         # traceback's frames; collect them so the smaller try has the whole device.
         release_device_memory(device)
         smaller = plan.halved()
         if on_retry is not None:
             on_retry(plan, smaller)
+        if on_note is not None:
+            on_note(retry_note(reason, plan, smaller))
         plan = smaller
