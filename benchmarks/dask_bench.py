@@ -153,21 +153,22 @@ def _warm_imports() -> bool:
     return True
 
 
-def photo_batch(folder: Path, count: int, workers: int) -> dict:
-    """run_gray with `workers` threads vs run_batch_distributed on local:N."""
+def _cpu_seconds() -> float:
+    """User + system CPU seconds of this process, all its threads."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def photo_batch(folder: Path, count: int, workers: int, repeats: int = 1) -> dict:
+    """run_gray with `workers` threads vs run_batch_distributed on local:N (cluster started and
+    warm), alternated `repeats` times. Wall seconds, and CPU seconds of every process involved
+    (this one, which holds the scheduler and the nannies, plus the workers): the CPU ratio is
+    the overhead of distribution that a shared machine's load does not blur."""
     from imgops.dask.batch import run_batch_distributed
     from imgops.dask.cluster import connect
     from imgops.pipeline import GrayJob, PipelineSettings, run_gray
 
-    inputs = folder / "in"
-    inputs.mkdir(parents=True, exist_ok=True)
-    sources = [SAMPLES / name for name in PHOTO_SOURCES]
-    paths = []
-    for i in range(count):
-        source = sources[i % len(sources)]
-        path = inputs / f"{i:04d}{source.suffix}"
-        shutil.copyfile(source, path)
-        paths.append(path)
+    paths = sorted(_photo_inputs(folder, count).iterdir())
 
     def jobs(out: Path) -> list:
         shutil.rmtree(out, ignore_errors=True)
@@ -175,21 +176,34 @@ def photo_batch(folder: Path, count: int, workers: int) -> dict:
         return [GrayJob(p, out / f"{p.stem}.png", p.name) for p in paths]
 
     settings = PipelineSettings(device="cpu", jobs=workers, durable=False)
-    started = time.perf_counter()
-    single = run_gray(jobs(folder / "single"), settings)
-    single_s = time.perf_counter() - started
     remote = PipelineSettings(device="cpu", durable=False)
+    wall: dict[str, list[float]] = {"single": [], "dask": []}
+    cpu: dict[str, list[float]] = {"single": [], "dask": []}
     with connect(f"local:{workers}") as client:
         client.wait_for_workers(workers)
         client.run(_warm_imports)
-        started = time.perf_counter()
-        spread = run_batch_distributed(jobs(folder / "dask"), None, remote, None, client)
-        dask_s = time.perf_counter() - started
+        for _ in range(repeats):
+            cpu0, started = _cpu_seconds(), time.perf_counter()
+            single = run_gray(jobs(folder / "single"), settings)
+            wall["single"].append(time.perf_counter() - started)
+            cpu["single"].append(_cpu_seconds() - cpu0)
+            before = client.run(_cpu_seconds)
+            cpu0, started = _cpu_seconds(), time.perf_counter()
+            spread = run_batch_distributed(jobs(folder / "dask"), None, remote, None, client)
+            wall["dask"].append(time.perf_counter() - started)
+            after = client.run(_cpu_seconds)
+            workers_cpu = sum(after[k] - before[k] for k in after if k in before)
+            cpu["dask"].append(_cpu_seconds() - cpu0 + workers_cpu)
+    pairs = [d / s for s, d in zip(wall["single"], wall["dask"], strict=True)]
     return {
         "files": count,
-        "single_seconds": single_s,
-        "dask_seconds": dask_s,
-        "ratio": dask_s / single_s,
+        "single_seconds": wall["single"],
+        "dask_seconds": wall["dask"],
+        "ratio": statistics.median(wall["dask"]) / statistics.median(wall["single"]),
+        "median_pair_ratio": statistics.median(pairs),
+        "single_cpu_seconds": cpu["single"],
+        "dask_cpu_seconds": cpu["dask"],
+        "cpu_ratio": statistics.median(cpu["dask"]) / statistics.median(cpu["single"]),
         "single": single.line(),
         "dask": spread.line(),
     }
@@ -335,7 +349,7 @@ def main() -> None:
             report["scaling_model"] = scaling_model(spread, shape, args.chunk_slices, single_s)
             shutil.rmtree(work / "out.ome.zarr", ignore_errors=True)
         if not args.skip_photos:
-            report["photos"] = photo_batch(work / "photos", args.photos, args.workers)
+            report["photos"] = photo_batch(work / "photos", args.photos, args.workers, args.repeats)
             _log(f"photos (engine): {report['photos']['ratio']:.2f}x")
         if args.cli and not args.skip_photos:
             report["photos_cli"] = photo_cli(

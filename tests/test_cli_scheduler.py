@@ -5,10 +5,13 @@ against the same commands without it (bytes and arrays identical), and the one-l
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 import signal
+import socket
 import sys
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -68,6 +71,16 @@ def _photo_folder(tmp_path: Path, copies: int) -> Path:
     return folder
 
 
+@contextlib.contextmanager
+def _port_taken(port: int):
+    """Holds `port` on localhost while inside (if nobody else already does)."""
+    with socket.socket() as sock:
+        with contextlib.suppress(OSError):
+            sock.bind(("", port))
+            sock.listen()
+        yield
+
+
 def _files(folder: Path) -> dict[str, bytes]:
     return {p.name: p.read_bytes() for p in sorted(folder.iterdir())}
 
@@ -79,9 +92,14 @@ def test_gray_on_local_2_writes_the_single_process_bytes_and_reports_the_bad_fil
     assert single.exit_code == 1
     stats = tmp_path / "stats.json"
     args = ("gray", photos, "-d", tmp_path / "dist", "--device", "cpu", "--stats-json", stats)
-    result = invoke(*args, "--scheduler", "local:2")
+    # distributed's default HTTP port, busy: no warning may leak onto the user's stderr
+    with _port_taken(8787), warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        result = invoke(*args, "--scheduler", "local:2")
+    assert not [w for w in caught if "distributed" in w.filename], [str(w) for w in caught]
     assert result.exit_code == 1, result.stderr
     lines = _error_lines(result)
+    assert len(lines) == 2, lines  # the bad file, the summary: nothing from dask
     assert [line for line in lines if "bad.png" in line] == [
         line for line in _error_lines(single) if "bad.png" in line
     ]

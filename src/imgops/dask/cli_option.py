@@ -1,13 +1,12 @@
-"""`--scheduler SPEC` for the commands, and the glue the commands call when it is given.
+"""`--scheduler SPEC` for the commands, and the glue they call when it is given.
 
-Wiring (the lead, in commands/gray.py and commands/normvol.py):
-
-    from ..dask.cli_option import scheduler_option, run_gray_with_scheduler
-    @scheduler_option
-    def gray(..., scheduler: str | None):
-        ...
-        run = run_gray if scheduler is None else partial(run_gray_with_scheduler, scheduler)
-        summary = run(job_list, settings, on_result=on_result)
+- `imgops gray` (commands/gray.py): `@scheduler_option`; with a SPEC the planned files go
+  through `run_gray_with_scheduler(spec, jobs, settings, on_result)`, whose results feed the one
+  Report and its bar, as `run_gray` does without it.
+- `imgops normvol` (commands/normvol.py): `@scheduler_option`; with a SPEC the command opens one
+  client (`cluster.connect(spec, preload=VOLUME_PRELOAD)`) and runs `normalize_on_cluster(client,
+  src, dst, options)` per planned volume, with the options dict it builds for
+  imgops.volume_files.normalize_file.
 
 This module imports only click; dask loads when a command actually runs with --scheduler. Every
 failure that is not one file's (the extra missing, the scheduler unreachable) is an ImgopsError:
