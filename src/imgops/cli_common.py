@@ -75,7 +75,7 @@ def _set_verbose(ctx: click.Context, param: click.Parameter, value: bool) -> boo
 
 #: Files from which `imgops gray --device auto` picks CUDA: imgops.engine.device.CUDA_MIN_FILES
 #: (repeated here so that --help does not import the engine; tests/test_cli_help.py checks it).
-GRAY_CUDA_MIN_FILES = 200
+GRAY_CUDA_MIN_FILES = 3000
 
 #: What --device auto means, for every command.
 DEVICE_HELP = (

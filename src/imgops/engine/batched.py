@@ -162,7 +162,9 @@ class DeviceEngine:
         self.host = HostWorker(op, settings, self.writer) if op.cpu is not None else None
         #: While torch starts, files take the CPU path on the prep threads (not with
         #: --decoder gpu, which asks for the GPU's decode of every file).
-        self.host_while_starting = self.host is not None and settings.decoder != "gpu"
+        self.host_while_starting = (
+            settings.host_while_starting and self.host is not None and settings.decoder != "gpu"
+        )
         self.stop = threading.Event()
         self.results: queue.Queue[Any] = queue.Queue()
         self.items: queue.Queue[Any] = queue.Queue()

@@ -14,10 +14,12 @@ from dataclasses import dataclass
 from ..io import gpu_decode
 from .types import PipelineSettings
 
-#: Files from which `--device auto` picks CUDA (with a usable GPU and nvImageCodec). A
-#: provisional value, to be replaced by the crossover `imgops bench --crossover DIR` measures
-#: on the GPU host (docs/GPU.md): below it the CPU path finishes first.
-CUDA_MIN_FILES = 200
+#: Files from which `--device auto` picks CUDA (with a usable GPU and nvImageCodec): the
+#: crossover measured on the H200 host (16 cores) for the issue-10 photo batch, one run,
+#: wall = 7.76 s + n / 418 files/s on CUDA against 0.37 s + n / 211 on the CPU: n = 3144
+#: (docs/GPU.md; scripts/gpu-check.d/profile.sh refits it). Below it the CPU path finishes
+#: first: torch and nvImageCodec take 4-5 s to start there.
+CUDA_MIN_FILES = 3000
 
 
 class DeviceUnavailable(RuntimeError):

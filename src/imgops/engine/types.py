@@ -83,6 +83,9 @@ class PipelineSettings:
     batch_size: int = 64
     #: Most decoded bytes in one device batch (bounds GPU memory with large images).
     batch_bytes: int = 1 << 30
+    #: While torch and CUDA start, files take the CPU path on the prep threads (the device
+    #: engine; never with decoder "gpu").
+    host_while_starting: bool = True
     #: Decoded bytes that may wait on the device while torch and CUDA start (the first batches
     #: decode meanwhile; bounds GPU memory during start-up).
     startup_device_bytes: int = 4 << 30
