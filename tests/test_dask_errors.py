@@ -15,6 +15,7 @@ import click
 import pytest
 from click.testing import CliRunner
 
+from imgops.cli_common import ImgopsCommand
 from imgops.dask.cli_option import run_gray_with_scheduler, scheduler_option
 from imgops.errors import ImgopsError
 
@@ -27,7 +28,7 @@ def _free_port() -> int:
         return s.getsockname()[1]  # nothing listens here once the socket is closed
 
 
-@click.command()
+@click.command(cls=ImgopsCommand)  # how every imgops command reports ImgopsError
 @click.argument("photo", type=click.Path(path_type=Path))
 @scheduler_option
 def _gray_on(photo: Path, scheduler: str | None) -> None:

@@ -170,23 +170,12 @@ def test_normalize_file_errors_name_the_file_and_leave_nothing(tmp_path: Path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["photo.tif"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="volume_files/io.volumes raise cli_common.FileError, a click.ClickException "
-    "(docs/ARCHITECTURE.md, import rules, violation 1); remove this mark once they raise a "
-    "plain error",
-)
 def test_normalize_file_errors_are_not_click_exceptions(tmp_path: Path):
     with pytest.raises(Exception) as caught:
         imgops.normalize_file(tmp_path / "nope.tif", tmp_path / "o.tif")
     assert not isinstance(caught.value, click.ClickException)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="normalize_file(src, src, overwrite=True) replaces its own input (only the CLI's "
-    "planner refuses it); remove this mark once volume_files checks it",
-)
 def test_normalize_file_never_replaces_its_input(tmp_path: Path):
     src = shutil.copy(STACK, tmp_path / "s.tif")
     before = Path(src).read_bytes()

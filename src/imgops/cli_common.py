@@ -15,26 +15,40 @@ from pathlib import Path
 
 import click
 
-from .errors import OVERWRITE_HINT, PlanError
+from .errors import OVERWRITE_HINT, FileError, ImgopsError, PlanError  # noqa: F401 (re-exported)
 from .report import Report as Reporter  # noqa: F401  (the one Report, under the name bench uses)
 
 
-class ImgopsError(click.ClickException):
-    """A failure the user can act on; printed as one line `imgops: error: ...`, exit status 1."""
+class CliError(click.ClickException):
+    """An ImgopsError as click shows it: one line `imgops: error: ...`, its exit status."""
 
-    exit_code = 1
+    def __init__(self, message: str, exit_code: int = 1) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
 
     def show(self, file=None) -> None:
         click.echo(f"imgops: error: {self.format_message()}", err=True)
 
 
-class FileError(ImgopsError):
-    """A problem with one input or output file."""
+@contextlib.contextmanager
+def cli_errors() -> Iterator[None]:
+    """Turns the library's plain ImgopsError (FileError, SchedulerError, ...) into CliError."""
+    try:
+        yield
+    except ImgopsError as error:
+        raise CliError(error.format_message(), error.exit_code) from error
 
-    def __init__(self, path: object, problem: str) -> None:
-        super().__init__(f"{path}: {problem}")
-        self.path = str(path)
-        self.problem = problem
+
+class ImgopsCommand(click.Command):
+    """click.Command whose parsing and body report ImgopsError as one line (every command)."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        with cli_errors():
+            return super().parse_args(ctx, args)
+
+    def invoke(self, ctx: click.Context):
+        with cli_errors():
+            return super().invoke(ctx)
 
 
 @dataclass
@@ -161,7 +175,7 @@ def plan_errors(error: PlanError) -> click.ClickException:
     """The click exception for a planner error: exit 2 (usage) or 1 (an input problem)."""
     if error.exit_code == 2:
         return click.UsageError(str(error))
-    return ImgopsError(str(error))
+    return CliError(str(error), error.exit_code)
 
 
 @contextlib.contextmanager

@@ -3,8 +3,9 @@
 `PlanError` and its subclasses are plain exceptions (no click): the planner and
 `imgops.gray_file` raise them, and the command line maps `exit_code` (2: the batch as asked
 cannot run, nothing was done; 1: the input cannot be used) onto its exit status.
-`ImgopsError`/`FileError` (click exceptions, for commands that raise them directly) live in
-imgops.cli_common and are re-exported here lazily, so this module never imports click.
+`ImgopsError`/`FileError` are plain too (library code raises them: volumes, zarr, dask); the
+commands turn them into click's one-line errors (imgops.cli_common.ImgopsCommand). This
+module never imports click.
 """
 
 from __future__ import annotations
@@ -64,10 +65,25 @@ class FileFailedError(Exception):
         self.reason = reason
 
 
-def __getattr__(name: str):
-    """`ImgopsError` and `FileError` (click exceptions) load from cli_common on first use."""
-    if name in ("ImgopsError", "FileError"):
-        from . import cli_common
+class ImgopsError(Exception):
+    """A failure the user can act on, one line (exit status `exit_code`, 1). Plain: the commands
+    print it as `imgops: error: ...` (imgops.cli_common.ImgopsCommand maps it)."""
 
-        return getattr(cli_common, name)
-    raise AttributeError(f"module 'imgops.errors' has no attribute {name!r}")
+    exit_code = 1
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+    def format_message(self) -> str:
+        """The one line (click's name for it, kept for callers of the click-era class)."""
+        return self.message
+
+
+class FileError(ImgopsError):
+    """A problem with one input or output file: "PATH: PROBLEM"."""
+
+    def __init__(self, path: object, problem: str) -> None:
+        super().__init__(f"{path}: {problem}")
+        self.path = str(path)
+        self.problem = problem

@@ -188,6 +188,18 @@ def _hands_back_device_memory(function):
 
 
 @_hands_back_device_memory
+def _refuse_own_input(src: Path, target: Path) -> None:
+    """FileError when `target` is `src` (the same path, or another name of the same file)."""
+    try:
+        same = src.resolve() == target.resolve() or (
+            target.exists() and os.path.samefile(src, target)
+        )
+    except OSError:
+        same = False
+    if same:
+        raise FileError(target, "the output would replace its input")
+
+
 def normalize_file(
     src: str | os.PathLike[str],
     dst: str | os.PathLike[str],
@@ -229,6 +241,7 @@ def normalize_file(
     from .volume.stream import map_volume
 
     src, target = Path(src), Path(dst)
+    _refuse_own_input(src, target)
     say = on_message or (lambda kind, text: None)
     device = torch.device(device) if not isinstance(device, torch.device) else device
     started = time.perf_counter()
@@ -579,6 +592,7 @@ def bin_file(
     from .volume.stream import map_volume
 
     src, target = Path(src), Path(dst)
+    _refuse_own_input(src, target)
     say = on_message or (lambda kind, text: None)
     fz, fy, fx = (int(f) for f in factors)
     if min(fz, fy, fx) < 1:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from ..cli_common import Reporter, quiet_option
+from ..cli_common import ImgopsCommand, Reporter, quiet_option
 
 
 def _devices(choice: str) -> list:
@@ -26,7 +26,7 @@ def _devices(choice: str) -> list:
     return [torch.device("cpu")] + ([torch.device("cuda")] if cuda_ok else [])
 
 
-@click.command(context_settings={"max_content_width": 100})
+@click.command(cls=ImgopsCommand, context_settings={"max_content_width": 100})
 @click.option(
     "--device",
     type=click.Choice(["cpu", "cuda", "all"]),

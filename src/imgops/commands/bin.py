@@ -10,6 +10,7 @@ from pathlib import Path
 import click
 
 from ..cli_common import (
+    ImgopsCommand,
     device_option,
     files_from_option,
     null_option,
@@ -48,7 +49,7 @@ def bin_output_for(path: Path, output: Path | None, directory: Path | None, fact
     return path.with_name(f"{stem}_bin{''.join(map(str, factors))}{suffix}")
 
 
-@click.command(name="bin")
+@click.command(cls=ImgopsCommand, name="bin")
 @click.argument("inputs", nargs=-1, type=click.Path(path_type=Path, readable=False))
 @click.option(
     "--factor",

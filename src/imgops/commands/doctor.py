@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from .._build_support import plan_cuda
+from ..cli_common import ImgopsCommand
 
 
 def find_problems(info: dict) -> list[str]:
@@ -89,7 +90,7 @@ def cli_kernels_built() -> bool:
     return True
 
 
-@click.command()
+@click.command(cls=ImgopsCommand)
 @click.option("--json", "as_json", is_flag=True, help="Print build_info() as JSON.")
 @click.argument(
     "folders", nargs=-1, type=click.Path(file_okay=False, path_type=Path), metavar="[FOLDER]..."

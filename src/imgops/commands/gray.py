@@ -14,6 +14,7 @@ import click
 
 from ..cli_common import (
     VERBOSITY,
+    ImgopsCommand,
     device_option,
     files_from_option,
     name_option,
@@ -69,7 +70,7 @@ def _gpu_decoder_unavailable() -> type[BaseException] | None:
     return GpuDecoderUnavailable
 
 
-@click.command(context_settings={"max_content_width": 100})
+@click.command(cls=ImgopsCommand, context_settings={"max_content_width": 100})
 @click.argument("inputs", nargs=-1, metavar="INPUT...")
 @output_option
 @output_dir_option

@@ -12,6 +12,7 @@ from pathlib import Path
 import click
 
 from ..cli_common import (
+    ImgopsCommand,
     device_option,
     files_from_option,
     name_option,
@@ -96,7 +97,7 @@ def output_for(path: Path, output: Path | None, directory: Path | None) -> Path:
     return path.with_name(f"{stem}_norm{suffix}")
 
 
-@click.command()
+@click.command(cls=ImgopsCommand)
 @click.argument("inputs", nargs=-1, type=click.Path(path_type=Path, readable=False))
 @click.option("-o", "--output", type=click.Path(path_type=Path), help="Output (.tif or .ome.zarr).")
 @click.option(
