@@ -391,3 +391,54 @@ def test_a_later_run_removes_the_temporaries_of_a_sigkilled_run(tmp_path: Path):
     assert rerun.returncode == 0, rerun.stderr
     assert [p for p in out.iterdir() if TEMP in p.name] == []  # the killed run's are gone
     assert sorted(p.name for p in out.iterdir()) == sorted([*finished, "later.png"])
+
+
+# ------------------------------------------------------------------ the signal handlers' clean-up
+
+
+@pytest.fixture
+def fresh_atomic_state(monkeypatch):
+    """The atomic writer's process-wide state, restored after the test."""
+    monkeypatch.setattr(atomic, "_pending", set())
+    monkeypatch.setattr(atomic, "_folders", set())
+    monkeypatch.setattr(atomic, "_terminating", False)
+
+
+def test_final_clean_up_sweeps_a_temporary_recreated_after_its_unlink(
+    tmp_path: Path, monkeypatch, fresh_atomic_state
+):
+    """A worker thread still running while the SIGHUP/SIGTERM handler runs can create its
+    temporary after the handler unlinked it (the suspected cause of one SIGHUP test failure
+    under load, test_reliability_classes.py); the handler's sweep of this process's
+    temporaries in the folders it wrote in removes it."""
+    late = []
+    real_sleep = time.sleep
+
+    def worker_writes_late(seconds: float) -> None:
+        for temp in held:  # what the worker's open(temp, "wb") does after the first unlink
+            temp.write_bytes(b"partial")
+            late.append(temp)
+        held.clear()
+        real_sleep(seconds)
+
+    monkeypatch.setattr(atomic.time, "sleep", worker_writes_late)
+    with atomic.atomic_output(tmp_path / "a.png", overwrite=False) as temp:
+        held = [temp]
+        atomic.remove_pending_temporaries(final=True)
+        assert late == [temp]
+        assert [p for p in tmp_path.iterdir() if TEMP in p.name] == []
+        exiting = pytest.raises(atomic.ExitingError, match="exiting")  # nothing new starts
+        with exiting, atomic.atomic_output(tmp_path / "b.png", overwrite=False):
+            pass
+        temp.write_bytes(b"x")  # (so the commit below has a file; the process would be gone)
+    assert not any(TEMP in p.name for p in tmp_path.iterdir())
+
+
+def test_final_clean_up_leaves_other_processes_temporaries(tmp_path: Path, fresh_atomic_state):
+    other = tmp_path / f".a.imgops-tmp-{os.getppid()}-0123abcd.png"
+    other.write_bytes(b"another run's")
+    with atomic.atomic_output(tmp_path / "mine.png", overwrite=True) as temp:
+        temp.write_bytes(b"mine")
+        atomic.remove_pending_temporaries(final=True)
+        assert not temp.exists() and other.exists()
+        temp.write_bytes(b"x")

@@ -32,12 +32,18 @@ _SUFFIX_BYTES = 16  # longer suffixes are dropped (no encoder chooses by such a 
 _TEMP_NAME = re.compile(r"^\..*\.imgops-tmp-(\d+)-[0-9a-f]{8}(\.[^.]*)?$", re.DOTALL)
 _pending: set[Path] = set()
 _pending_lock = threading.Lock()
+_folders: set[Path] = set()  # every folder this process has made a temporary file in
+_terminating = False  # set by the signal handlers' clean-up: no new temporary files after it
 _swept: set[str] = set()
 _swept_lock = threading.Lock()
 
 
 class OutputExistsError(FileExistsError):
     """The output exists and overwriting was not asked for."""
+
+
+class ExitingError(InterruptedError):
+    """The process is exiting on a signal: no new output is started."""
 
 
 def _cut(text: str, limit: int) -> str:
@@ -195,7 +201,10 @@ def atomic_output(target: Path, *, overwrite: bool, durable: bool = True) -> Ite
     _sweep_once(target.parent)
     temp = temporary_path_for(target)
     with _pending_lock:
+        if _terminating:
+            raise ExitingError(errno.EINTR, "imgops is exiting on a signal", str(target))
         _pending.add(temp)
+        _folders.add(temp.parent)
     try:
         yield temp
         commit(temp, target, overwrite=overwrite, durable=durable)
@@ -206,14 +215,41 @@ def atomic_output(target: Path, *, overwrite: bool, durable: bool = True) -> Ite
             _pending.discard(temp)
 
 
-def remove_pending_temporaries() -> None:
-    """Deletes every temporary file this process has not committed yet (for signal handlers)."""
+def remove_pending_temporaries(*, final: bool = False, rounds: int = 3) -> None:
+    """Deletes every temporary file this process has not committed yet (for signal handlers).
+
+    With `final` (the process exits right after), no new temporary file can be started, and
+    the folders this process wrote in are then swept `rounds` times, a millisecond apart, for
+    temporaries carrying its pid: a worker thread still running while the handler runs may
+    (re)create its file after it was unlinked (open() in another thread, or an encoder in C).
+    """
+    global _terminating
     with _pending_lock:
+        if final:
+            _terminating = True
         pending = list(_pending)
         _pending.clear()
+        folders = list(_folders) if final else []
     for temp in pending:
         with contextlib.suppress(OSError):
             temp.unlink()
+    for round_ in range(rounds if folders else 0):
+        if round_:
+            time.sleep(0.001)
+        for folder in folders:
+            for temp in _own_temporaries(folder):
+                with contextlib.suppress(OSError):
+                    temp.unlink()
+
+
+def _own_temporaries(folder: Path) -> list[Path]:
+    """This process's temporary files in `folder` (by the pid in their names)."""
+    mine = []
+    with contextlib.suppress(OSError), os.scandir(folder) as entries:
+        for entry in entries:
+            if TEMP_MARKER in entry.name and temporary_owner(Path(entry.path)) == os.getpid():
+                mine.append(Path(entry.path))
+    return mine
 
 
 def write_bytes_atomic(

@@ -20,7 +20,7 @@ TERMINATING_SIGNALS = tuple(
 
 
 def _terminate(signum: int, frame) -> None:
-    remove_pending_temporaries()
+    remove_pending_temporaries(final=True)  # no new temporaries; late ones swept up too
     os._exit(128 + signum)
 
 
