@@ -5,6 +5,7 @@ killed with SIGKILL, in subprocesses with timeouts (a hang fails the test, never
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import io
 import os
@@ -442,3 +443,35 @@ def test_final_clean_up_leaves_other_processes_temporaries(tmp_path: Path, fresh
         atomic.remove_pending_temporaries(final=True)
         assert not temp.exists() and other.exists()
         temp.write_bytes(b"x")
+
+
+def test_final_clean_up_waits_for_a_write_in_progress(tmp_path: Path, fresh_atomic_state):
+    """A worker that (re)creates its temporary 50 ms after the handler started: the handler
+    waits for the write to end (committed here) instead of racing it; nothing is left."""
+    import threading
+
+    entered = threading.Event()
+
+    def worker() -> None:
+        with contextlib.suppress(OSError):
+            atomic.write_bytes_atomic(tmp_path / "slow.png", b"late", overwrite=False)
+
+    original = atomic.commit
+
+    def slow_commit(temp, target, **options):
+        entered.set()
+        time.sleep(0.05)
+        temp.write_bytes(b"late")  # what a writer still inside its block may do
+        original(temp, target, **options)
+
+    atomic.commit = slow_commit
+    try:
+        thread = threading.Thread(target=worker)
+        thread.start()
+        assert entered.wait(5)
+        atomic.remove_pending_temporaries(final=True)
+        thread.join(5)
+    finally:
+        atomic.commit = original
+    assert not any(TEMP in p.name for p in tmp_path.iterdir())
+    assert (tmp_path / "slow.png").read_bytes() == b"late"

@@ -34,6 +34,7 @@ _pending: set[Path] = set()
 _pending_lock = threading.Lock()
 _folders: set[Path] = set()  # every folder this process has made a temporary file in
 _terminating = False  # set by the signal handlers' clean-up: no new temporary files after it
+_active = 0  # atomic_output blocks running now (their temporary may exist, or be about to)
 _swept: set[str] = set()
 _swept_lock = threading.Lock()
 
@@ -200,11 +201,13 @@ def atomic_output(target: Path, *, overwrite: bool, durable: bool = True) -> Ite
         raise OutputExistsError(f"{target}: output exists (use --overwrite)")
     _sweep_once(target.parent)
     temp = temporary_path_for(target)
+    global _active
     with _pending_lock:
         if _terminating:
             raise ExitingError(errno.EINTR, "imgops is exiting on a signal", str(target))
         _pending.add(temp)
         _folders.add(temp.parent)
+        _active += 1
     try:
         yield temp
         commit(temp, target, overwrite=overwrite, durable=durable)
@@ -213,20 +216,31 @@ def atomic_output(target: Path, *, overwrite: bool, durable: bool = True) -> Ite
             temp.unlink()
         with _pending_lock:
             _pending.discard(temp)
+            _active -= 1
 
 
-def remove_pending_temporaries(*, final: bool = False, rounds: int = 3) -> None:
+def remove_pending_temporaries(
+    *, final: bool = False, rounds: int = 3, drain_seconds: float = 2.0
+) -> None:
     """Deletes every temporary file this process has not committed yet (for signal handlers).
 
-    With `final` (the process exits right after), no new temporary file can be started, and
+    With `final` (the process exits right after), no new temporary file can be started, the
+    writes in progress get up to `drain_seconds` to finish, and
     the folders this process wrote in are then swept `rounds` times, a millisecond apart, for
     temporaries carrying its pid: a worker thread still running while the handler runs may
     (re)create its file after it was unlinked (open() in another thread, or an encoder in C).
     """
     global _terminating
-    with _pending_lock:
-        if final:
+    if final:
+        with _pending_lock:
             _terminating = True
+        # The writes in progress end by themselves (committed, or their temporary unlinked by
+        # their own clean-up) within milliseconds: wait for them, a bounded time, so no thread
+        # (re)creates a temporary after the sweep below (seen on a loaded 2-core machine).
+        deadline = time.monotonic() + drain_seconds
+        while _active and time.monotonic() < deadline:
+            time.sleep(0.002)
+    with _pending_lock:
         pending = list(_pending)
         _pending.clear()
         folders = list(_folders) if final else []
