@@ -470,6 +470,8 @@ def test_final_clean_up_waits_for_a_write_in_progress(tmp_path: Path, fresh_atom
         thread.start()
         assert entered.wait(5)
         atomic.remove_pending_temporaries(final=True)
+        # The process exits right here: the write must be over by now, or its file outlives it.
+        assert not thread.is_alive()
         thread.join(5)
     finally:
         atomic.commit = original
