@@ -580,6 +580,18 @@ def test_c7_invalid_pixel_limit_variable_is_named(tmp_path: Path, value: str):
     assert not (tmp_path / "o.png").exists()
 
 
+def test_c7_invalid_pixel_limit_variable_is_one_usage_error_for_a_batch(tmp_path: Path):
+    folder = tmp_path / "in"
+    folder.mkdir()
+    for name in ("a.png", "b.png", "c.png"):
+        shutil.copy(SAMPLES / "coffee_rgb.png", folder / name)
+    result = imgops("gray", folder, "-d", tmp_path / "out", env={"IMGOPS_MAX_IMAGE_PIXELS": "lots"})
+    assert result.returncode == 2, stderr_of(result)
+    lines = error_lines(result)
+    assert len(lines) == 1 and "IMGOPS_MAX_IMAGE_PIXELS" in lines[0], lines
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
+
+
 def test_c7_float16_overflow_is_said(tmp_path: Path):
     result = imgops(
         "normvol", SAMPLES / "mri_dwi_b0_u16.tif", "--max", "0.05", "--dtype", "float16",

@@ -166,6 +166,12 @@ def gray(
 
     if not inputs and files_from is None:
         raise click.UsageError("no input: give INPUT... or --files-from LIST")
+    from ..io.images import default_max_pixels
+
+    try:  # a bad $IMGOPS_MAX_IMAGE_PIXELS is one usage error, not one error per file
+        default_max_pixels()
+    except ValueError as error:
+        raise click.UsageError(str(error)) from None
     with planner_errors():
         fmt = output_format(output, fmt, name_template)
         if png_level is not None and fmt != "png":
