@@ -230,6 +230,7 @@ def test_c2_stdout_short_write_on_a_filling_disk(tmp_path: Path, unbuffered: str
     assert "1 written" not in stderr_of(result)
     (line,) = error_lines(result)
     assert "stdout" in line, line
+    assert "wrote 0 of" not in line, line  # 100 000 bytes did reach the file
 
 
 @pytest.mark.parametrize("unbuffered", ["1", ""], ids=["unbuffered", "buffered"])

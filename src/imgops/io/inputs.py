@@ -18,6 +18,7 @@ All raise OSError with the file name and a one-line reason.
 from __future__ import annotations
 
 import errno
+import io
 import os
 import select
 import stat
@@ -189,4 +190,10 @@ def write_stream(stream: IO[bytes], data: bytes | memoryview, name: str = "<stdo
         if error.filename is not None:
             raise
         reason = error.strerror or str(error)
-        raise OSError(error.errno, f"{reason} (wrote {done} of {total} bytes)", name) from None
+        # A buffered stream takes bytes before they reach the file and fails on a later flush:
+        # how many arrived is unknown then, so only a raw stream's count is given.
+        if isinstance(stream, io.RawIOBase):
+            detail = f"wrote {done} of {total} bytes"
+        else:
+            detail = f"the output is short of its {total} bytes"
+        raise OSError(error.errno, f"{reason} ({detail})", name) from None
