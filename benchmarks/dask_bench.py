@@ -227,7 +227,8 @@ def photo_cli(folder: Path, count: int, workers: int, repeats: int) -> dict:
 
     inputs = _photo_inputs(folder, count)
     env = dict(os.environ)
-    env["PYTHONPATH"] = str(Path(__file__).resolve().parent.parent / "src")
+    src = str(Path(__file__).resolve().parent.parent / "src")
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [src, env.get("PYTHONPATH")]))
     times: dict[str, list[float]] = {"single": [], "dask": []}
     for _ in range(repeats):
         for kind in ("single", "dask"):

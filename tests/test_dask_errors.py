@@ -149,3 +149,25 @@ def test_errors_are_imgops_errors():
 
     assert issubclass(MissingDaskExtra, ImgopsError) and issubclass(MissingDaskExtra, ImportError)
     assert issubclass(SchedulerError, ImgopsError)
+
+
+def test_broken_dask_install_says_why_not_missing(tmp_path):
+    """An installed but broken `distributed` (a missing dependency of its own) is named as
+    broken, with the import error, not as "not installed" (seen on the GPU host: a PYTHONPATH
+    without msgspec, a zarr dependency, was reported as distributed missing)."""
+    fake = tmp_path / "distributed"
+    fake.mkdir()
+    (fake / "__init__.py").write_text("import imgops_no_such_dependency_xyz\n")
+    code = (
+        "from imgops.dask._extra import require_dask\n"
+        "try:\n    require_dask('distributed')\n"
+        "except ImportError as error:\n    print(error)\n"
+    )
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), str(SRC)]))
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "distributed is installed but does not import" in proc.stdout
+    assert "imgops_no_such_dependency_xyz" in proc.stdout
+    assert "not installed" not in proc.stdout

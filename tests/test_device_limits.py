@@ -194,3 +194,13 @@ def test_gray_batch_leaves_nothing_allocated(tmp_path: Path):
     assert result.exit_code == 0, result.output
     torch.cuda.synchronize()
     assert torch.cuda.memory_allocated() == allocated
+
+
+def test_file_functions_hand_back_the_device_cache():
+    """The CPU-side guard of the CUDA test above: both file functions carry the hand-back
+    decorator (a helper inserted under it once took it from normalize_file)."""
+    from imgops import volume_files
+
+    for function in (volume_files.normalize_file, volume_files.bin_file):
+        assert function.__wrapped__.__name__ == function.__name__
+        assert function.__code__ is not function.__wrapped__.__code__

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import importlib.util
 from types import ModuleType
 
 from ..errors import ImgopsError
@@ -21,6 +22,14 @@ class MissingDaskExtra(ImgopsError, ImportError):
     """dask, distributed or zarr is not installed; names the extra that brings them (exit 1)."""
 
 
+def _installed(name: str) -> bool:
+    """Whether the top-level package of `name` can be found (without importing it)."""
+    try:
+        return importlib.util.find_spec(name.split(".")[0]) is not None
+    except (ImportError, ValueError):
+        return False
+
+
 def require_dask(*modules: str) -> list[ModuleType]:
     """Imports `modules` (default: dask.array and distributed); raises MissingDaskExtra if absent.
 
@@ -34,6 +43,12 @@ def require_dask(*modules: str) -> list[ModuleType]:
             loaded.append(importlib.import_module(name))
         except ImportError as error:
             package = _PACKAGES.get(name, name.split(".")[0])
+            if _installed(name):  # present but broken: say why, not "not installed"
+                raise MissingDaskExtra(
+                    f"running on a Dask cluster needs the optional extra imgops[dask]: {package} "
+                    f"is installed but does not import ({type(error).__name__}: {error}; "
+                    f"reinstall with {EXTRA_HINT})"
+                ) from error
             raise MissingDaskExtra(
                 f"running on a Dask cluster needs the optional extra imgops[dask] "
                 f"({package} is not installed: {EXTRA_HINT})"
