@@ -5,6 +5,7 @@ Data: the MRI samples and hyperstacks built from them (tests/data/volume/SOURCES
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -14,6 +15,7 @@ import tifffile
 from click.testing import CliRunner
 from test_hyperstack import hyperstack
 
+from imgops.cli import cli
 from imgops.commands.bin import bin_command
 from imgops.volume_files import bin_file
 
@@ -128,6 +130,109 @@ def test_errors_are_one_line_and_leave_nothing(tmp_path: Path):
     assert invoke(tmp_path / "a.tif", "--factor", 1, 1, 1).exit_code == 2
     assert invoke(tmp_path / "a.tif", "--factor", 0, 2, 2).exit_code == 2
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.tif", "a_bin122.tif", "bad.tif"]
+
+
+def test_name_template_fields_beside_the_input_and_with_d(tmp_path: Path):
+    scans = tmp_path / "scans"
+    (scans / "sub").mkdir(parents=True)
+    shutil.copy(ANAT, scans / "a.tif")
+    shutil.copy(ANAT, scans / "sub" / "b.ome.tif")
+    expected = block_mean(tifffile.imread(ANAT), (1, 2, 2))
+    out = tmp_path / "out"
+    in_dir = invoke(scans, "-r", "--factor", 1, 2, 2, "-d", out, "--name", "{stem}-small.{ext}")
+    assert in_dir.exit_code == 0, in_dir.output
+    assert sorted(str(p.relative_to(out)) for p in out.rglob("*")) == [
+        "a-small.tif",
+        "sub",
+        "sub/b-small.tif",
+    ]  # -d keeps the sub-folders
+    np.testing.assert_array_equal(tifffile.imread(out / "sub" / "b-small.tif"), expected)
+    template = "{parent}_{stem}_{suffix}_x2.{ext}"
+    beside = invoke(scans, "-r", "--factor", 1, 2, 2, "--name", template)
+    assert beside.exit_code == 0, beside.output
+    assert sorted(str(p.relative_to(scans)) for p in scans.rglob("*")) == [
+        "a.tif",
+        "scans_a_tif_x2.tif",
+        "sub",
+        "sub/b.ome.tif",
+        "sub/sub_b_tif_x2.tif",  # {stem} leaves out the whole .ome.tif
+    ]
+    np.testing.assert_array_equal(tifffile.imread(scans / "scans_a_tif_x2.tif"), expected)
+    again = invoke(scans, "-r", "--factor", 1, 2, 2, "--name", template, "--skip-existing")
+    assert again.exit_code == 0 and "0 written, 2 skipped, 0 failed" in again.stderr
+    bad = invoke(scans / "a.tif", "--factor", 1, 2, 2, "--name", "{size}.{ext}")
+    assert bad.exit_code == 2 and "unknown field {size}" in bad.stderr
+
+
+def test_name_collision_is_refused_before_anything_is_written(tmp_path: Path):
+    shutil.copy(ANAT, tmp_path / "a.tif")
+    shutil.copy(DWI, tmp_path / "b.tif")
+    before = sorted(p.name for p in tmp_path.iterdir())
+    result = invoke(tmp_path, "--factor", 1, 2, 2, "--name", "{parent}.{ext}")
+    assert result.exit_code == 2
+    assert f"would both write {tmp_path / (tmp_path.name + '.tif')}" in result.stderr
+    assert "use --name" in result.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == before
+
+
+def test_rerun_over_a_folder_leaves_earlier_outputs_out(tmp_path: Path):
+    shutil.copy(ANAT, tmp_path / "a.tif")
+    assert invoke(tmp_path, "--factor", 1, 2, 2).exit_code == 0
+    again = invoke(tmp_path, "--factor", 1, 2, 2)  # a_bin122.tif is a.tif's output, not an input
+    assert again.exit_code == 1 and "a_bin122.tif exists (use --overwrite)" in again.stderr
+    assert "would overwrite an input" not in again.stderr
+    skipped = invoke(tmp_path, "--factor", 1, 2, 2, "--skip-existing", "-v")
+    assert skipped.exit_code == 0, skipped.output
+    assert f"{tmp_path / 'a_bin122.tif'}: left out: the output of {tmp_path / 'a.tif'}" in (
+        skipped.stderr
+    )
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.tif", "a_bin122.tif"]
+    shutil.copy(DWI, tmp_path / "a_bin122.tif")  # a real stack of that name: never replaced
+    real = invoke(tmp_path, "--factor", 1, 2, 2, "--overwrite")
+    assert real.exit_code == 2 and "would overwrite an input" in real.stderr
+    assert (tmp_path / "a_bin122.tif").read_bytes() == DWI.read_bytes()
+
+
+def test_stats_json_counts_and_failed_list(tmp_path: Path):
+    shutil.copy(ANAT, tmp_path / "a.tif")
+    shutil.copy(DWI, tmp_path / "c.tif")
+    (tmp_path / "bad.tif").write_bytes(b"II*\x00 broken")
+    assert invoke(tmp_path / "a.tif", "--factor", 1, 2, 2).exit_code == 0
+    stats = tmp_path / "run" / "stats.json"
+    stats.parent.mkdir()
+    inputs = [tmp_path / n for n in ("a.tif", "bad.tif", "c.tif")]
+    result = invoke(*inputs, "--factor", 1, 2, 2, "--skip-existing", "--stats-json", stats)
+    assert result.exit_code == 1
+    assert "1 written, 1 skipped, 1 failed" in result.stderr
+    data = json.loads(stats.read_text())
+    assert (data["written"], data["skipped"], data["failed"]) == (1, 1, 1)
+    assert data["interrupted"] is False
+    assert [f["input"] for f in data["failures"]] == [str(tmp_path / "bad.tif")]
+    assert data["failures"][0]["reason"] and "\n" not in data["failures"][0]["reason"]
+    assert data["factors"] == [1, 2, 2] and data["device"] == "cpu"
+    assert [f["output"] for f in data["files"]] == [str(tmp_path / "c_bin122.tif")]
+    assert data["files"][0]["shape"] == [10, 64, 64]
+    assert sorted(p.name for p in stats.parent.iterdir()) == ["stats.json"]  # no temporaries
+
+
+def test_stats_json_is_never_an_input_or_output(tmp_path: Path):
+    shutil.copy(ANAT, tmp_path / "a.tif")
+    target = tmp_path / "a_bin122.tif"
+    for stats in (target, tmp_path / "a.tif"):
+        result = invoke(tmp_path / "a.tif", "--factor", 1, 2, 2, "--stats-json", stats)
+        assert result.exit_code == 2, result.output
+        assert "--stats-json" in result.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.tif"]
+    assert tifffile.imread(tmp_path / "a.tif").shape == (25, 41, 33)
+
+
+def test_bin_help_lists_name_and_stats_json():
+    result = CliRunner().invoke(cli, ["bin", "--help"], catch_exceptions=False)
+    assert result.exit_code == 0
+    text = " ".join(result.output.split())  # as one line, whatever the terminal's width
+    assert "--name TEMPLATE Output file name: fields {stem} {ext} {suffix} {parent}" in text
+    assert "[default: '{stem}_bin<FZ><FY><FX>.tif', with -d '{stem}.tif']" in text
+    assert "--stats-json FILE Write counts, failed inputs with reasons" in text
 
 
 @pytest.mark.cuda

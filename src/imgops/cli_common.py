@@ -1,9 +1,11 @@
 """Options and helpers shared by every imgops command (rasterio's `rio` is the model).
 
 The input and output options (`-o`, `-d/--output-dir`, `--name`, `--overwrite`,
-`--skip-existing`, `-r`, `--files-from`, `-0`, `--stats-json`, `--device`) are defined once
-here and feed imgops.planner; `plan_errors` turns the planner's plain errors into exit codes.
-Nothing here imports torch: `imgops --help` must stay fast.
+`--skip-existing`, `-r`, `--files-from`, `-0`, `--stats-json`, `--device`, `--scheduler`) are
+defined once here and feed imgops.planner; `plan_errors` turns the planner's plain errors into
+exit codes, and every command (`ImgopsCommand`) turns the library's ImgopsError and PlanError
+into one line with its exit status. Nothing here imports torch or dask: `imgops --help` must
+stay fast.
 """
 
 from __future__ import annotations
@@ -32,15 +34,19 @@ class CliError(click.ClickException):
 
 @contextlib.contextmanager
 def cli_errors() -> Iterator[None]:
-    """Turns the library's plain ImgopsError (FileError, SchedulerError, ...) into CliError."""
+    """Turns the library's plain errors into click's: ImgopsError (FileError, SchedulerError,
+    ...) into CliError, PlanError (UsageProblem, ...) as `plan_errors` does."""
     try:
         yield
     except ImgopsError as error:
         raise CliError(error.format_message(), error.exit_code) from error
+    except PlanError as error:
+        raise plan_errors(error) from None
 
 
 class ImgopsCommand(click.Command):
-    """click.Command whose parsing and body report ImgopsError as one line (every command)."""
+    """click.Command whose parsing and body report ImgopsError and PlanError as one line with
+    their exit status (every command)."""
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         with cli_errors():
@@ -169,6 +175,38 @@ def name_option(default_beside: str, default_in_dir: str):
         help="Output file name: fields {stem} {ext} {suffix} {parent}  "
         f"[default: '{default_beside}', with -d '{default_in_dir}']",
     )
+
+
+SCHEDULER_HELP = (
+    "Run on a Dask cluster (needs imgops[dask]): local:N (N worker processes on this host), "
+    "local-cuda (one worker per GPU, needs dask-cuda) or tcp://HOST:PORT (a running scheduler; "
+    "inputs and outputs must be on storage every worker sees)."
+)
+
+
+def _check_spec(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    if value is None:
+        return None
+    from .dask.cluster import parse_spec  # plain Python: imports no dask
+
+    try:
+        parse_spec(value)
+    except ValueError as error:
+        raise click.BadParameter(str(error)) from None
+    return value
+
+
+#: `--scheduler SPEC` (env IMGOPS_SCHEDULER): adds `scheduler: str | None`; the commands then
+#: run through imgops.dask.run (dask loads only there).
+scheduler_option = click.option(
+    "--scheduler",
+    "scheduler",
+    metavar="SPEC",
+    default=None,
+    envvar="IMGOPS_SCHEDULER",
+    callback=_check_spec,
+    help=SCHEDULER_HELP,
+)
 
 
 def plan_errors(error: PlanError) -> click.ClickException:

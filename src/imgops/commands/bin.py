@@ -1,6 +1,7 @@
 """`imgops bin`: block means of stacks by integer factors in Z, Y and X, streamed.
 
-The work is `imgops.volume_files.bin_file` (the volume engine with `imgops.ops.bin`).
+The work is `imgops.volume_files.bin_file` (the volume engine with `imgops.ops.bin`); the plan
+and the batch loop are the volume commands' (imgops.commands.volume_batch).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from ..cli_common import (
     ImgopsCommand,
     device_option,
     files_from_option,
+    name_option,
     null_option,
     overwrite_option,
     planner_errors,
@@ -20,9 +22,10 @@ from ..cli_common import (
     recursive_option,
     resolve_device,
     skip_existing_option,
+    stats_json_option,
     verbose_option,
 )
-from .normvol import plan_batch, run_plan, split_name
+from .volume_batch import plan_batch, run_plan, split_name
 
 
 def _factor(ctx: click.Context, param: click.Parameter, value):
@@ -47,6 +50,23 @@ def bin_output_for(path: Path, output: Path | None, directory: Path | None, fact
     if directory is not None:
         return directory / f"{stem}{suffix}"
     return path.with_name(f"{stem}_bin{''.join(map(str, factors))}{suffix}")
+
+
+def _is_binned(candidate: Path, source: Path, factors) -> bool:
+    """Whether the stack `candidate` has the planes, size and type `source` binned by `factors`
+    has (an earlier `imgops bin` output, left out of a rerun over a folder or a glob)."""
+    from ..errors import ImgopsError
+    from ..io.volumes import open_volume
+    from ..volume_files import binned_info
+
+    try:
+        with open_volume(source) as reader:
+            expected = binned_info(reader.info, factors)
+        with open_volume(candidate) as reader:
+            found = reader.info
+    except (ImgopsError, OSError, ValueError):
+        return False
+    return (found.shape, found.dtype) == (expected.shape, expected.dtype)
 
 
 @click.command(cls=ImgopsCommand, name="bin")
@@ -74,6 +94,7 @@ def bin_output_for(path: Path, output: Path | None, directory: Path | None, fact
 @recursive_option
 @files_from_option
 @null_option
+@name_option("{stem}_bin<FZ><FY><FX>.tif", "{stem}.tif")
 @click.option(
     "--compress",
     type=click.Choice(["auto", "none", "zlib", "zstd", "lzw"]),
@@ -88,6 +109,7 @@ def bin_output_for(path: Path, output: Path | None, directory: Path | None, fact
     show_default=True,
     help="Memory for plane buffers in flight; chunks are whole Z blocks.",
 )
+@stats_json_option
 @device_option
 @overwrite_option
 @skip_existing_option
@@ -101,8 +123,10 @@ def bin_command(
     recursive: bool,
     files_from,
     null: bool,
+    name_template: str | None,
     compress: str,
     chunk_mb: float,
+    stats_json: Path | None,
     device: str,
     overwrite: bool,
     skip_existing: bool,
@@ -118,7 +142,10 @@ def bin_command(
     \b
     $ imgops bin stack.tif --factor 1 2 2            # stack_bin122.tif
     $ imgops bin scans/ --factor 2 2 2 -d binned/
+    $ imgops bin scans/ -r --factor 1 4 4 --name '{parent}_{stem}_small.{ext}'
     """
+    import time
+
     from ..report import Report
 
     report = Report(quiet=quiet, verbose=verbose)
@@ -127,7 +154,7 @@ def bin_command(
             inputs,
             output,
             directory,
-            None,
+            name_template,
             files_from,
             null,
             recursive,
@@ -135,6 +162,8 @@ def bin_command(
             skip_existing,
             zarr_output=False,
             default_name=lambda p: bin_output_for(p, None, directory, factors).name,
+            stats_path=stats_json,
+            earlier_output=lambda candidate, source: _is_binned(candidate, source, factors),
         )
     report.total = plan.total
     from ..io.volumes import quiet_tifffile
@@ -147,8 +176,10 @@ def bin_command(
     def message(kind: str, text: str) -> None:
         (report.detail if kind == "detail" else report.info)(text)
 
+    files: list[dict] = []
+
     def work(source: Path, target: Path):
-        return bin_file(
+        result = bin_file(
             source,
             target,
             factors,
@@ -159,5 +190,27 @@ def bin_command(
             progress=report.progress,
             on_message=message,
         )
+        files.append(
+            {
+                "input": str(source),
+                "output": str(target),
+                "shape": list(result.shape),
+                "seconds": result.seconds,
+            }
+        )
+        return result
 
-    run_plan(plan, report, work, "bin")
+    started = time.perf_counter()
+
+    def stats() -> dict:
+        return {
+            "command": "bin",
+            "factors": list(factors),
+            "device": str(torch_device),
+            "chunk_mb": chunk_mb,
+            "compress": compress,
+            "wall_seconds": time.perf_counter() - started,
+            "files": files,
+        }
+
+    run_plan(plan, report, work, "bin", stats_path=stats_json, stats=stats)

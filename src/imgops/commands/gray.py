@@ -25,11 +25,11 @@ from ..cli_common import (
     planner_errors,
     quiet_option,
     recursive_option,
+    scheduler_option,
     skip_existing_option,
     stats_json_option,
     verbose_option,
 )
-from ..dask.cli_option import scheduler_option
 from ..errors import UsageProblem
 from ..gray_files import (
     COLLISION_HINT,
@@ -292,7 +292,7 @@ def _run(plan, report, settings, verbose: bool, scheduler: str | None = None):
 def _run_on_cluster(plan, report, settings, scheduler: str, advance):
     """The plan's files in partitions on the Dask cluster; results come back into `report`
     per file (and advance the bar) as each partition finishes."""
-    from ..dask.cli_option import run_gray_with_scheduler
+    from ..dask.run import run_gray_with_scheduler
     from ..pipeline import GrayJob
 
     jobs = [GrayJob(task.source.path, task.target, task.source.label) for task in plan.tasks]

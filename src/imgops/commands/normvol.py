@@ -22,14 +22,13 @@ from ..cli_common import (
     quiet_option,
     recursive_option,
     resolve_device,
+    scheduler_option,
     skip_existing_option,
     verbose_option,
 )
-from ..dask.cli_option import scheduler_option
-from ..errors import FileError, ImgopsError
+from ..errors import FileError
+from .volume_batch import plan_batch, run_plan, split_name
 
-_TIFF_SUFFIXES = (".ome.tiff", ".ome.tif", ".tiff", ".tif", ".ome.zarr", ".zarr")
-_INPUT_SUFFIXES = (".tif", ".tiff")
 PER_HELP = (
     "Statistics per channel (the default wherever the stack has a C axis), per time point, "
     "per channel and time point, or one set for the whole stack."
@@ -68,20 +67,6 @@ def _positive(ctx: click.Context, param: click.Parameter, value: float) -> float
     if not math.isfinite(value) or value <= 0:
         raise click.BadParameter(f"must be a positive number of MiB, got {value:g}")
     return value
-
-
-def split_name(path: Path) -> tuple[str, str]:
-    """(stem, suffix) with the OME part kept in the suffix: x.ome.tif -> (x, .ome.tif)."""
-    name = path.name
-    for suffix in _TIFF_SUFFIXES:
-        if name.lower().endswith(suffix):
-            return name[: -len(suffix)], name[-len(suffix) :]
-    return path.stem, path.suffix or ".tif"
-
-
-def output_stem(path: Path) -> str:
-    """The input's name without its TIFF (and OME) suffix."""
-    return split_name(path)[0]
 
 
 def output_for(path: Path, output: Path | None, directory: Path | None) -> Path:
@@ -270,6 +255,7 @@ def normvol(
             recursive,
             overwrite,
             skip_existing,
+            default_name=lambda p: output_for(p, None, directory).name,
         )
     report.total = plan.total
     if not verbose:
@@ -303,8 +289,8 @@ def _run_on_cluster(plan, report, options: dict, scheduler: str) -> None:
     """The plan on the Dask cluster `scheduler` names: inputs that cannot go there fail
     without starting one, then one connection serves every volume."""
     from ..dask import require_dask
-    from ..dask.cli_option import VOLUME_PRELOAD, check_volume_task, normalize_on_cluster
     from ..dask.cluster import connect
+    from ..dask.run import VOLUME_PRELOAD, check_volume_task, normalize_on_cluster
 
     require_dask("dask.array", "distributed", "zarr")
     problems: dict[Path, FileError] = {}
@@ -327,118 +313,6 @@ def _run_on_cluster(plan, report, options: dict, scheduler: str) -> None:
         return
     with connect(scheduler, preload=VOLUME_PRELOAD) as client:
         run_plan(plan, report, work_on(client), "normvol")
-
-
-def plan_batch(
-    inputs, output, directory, name_template, files_from, null, recursive, overwrite,
-    skip_existing, *, default_name=None, zarr_output: bool = True,
-):  # fmt: skip
-    """The shared planner's Plan (imgops.planner) for a volume command; `.zarr` stores named as
-    inputs, and `-o x.ome.zarr` (a folder the planner would refuse), are planned here."""
-    from ..planner import NameRule as Rule
-    from ..planner import (
-        Plan,
-        Source,
-        Task,
-        collect_inputs,
-        make_output_folders,
-        plan_outputs,
-    )
-
-    names = [str(n) for n in inputs]
-    stores = [Path(n) for n in names if n.lower().rstrip("/").endswith(".zarr")]
-    names = [n for n in names if not n.lower().rstrip("/").endswith(".zarr")]
-    sources = collect_inputs(
-        names,
-        recursive=recursive,
-        files_from=files_from,
-        null=null,
-        suffixes=_INPUT_SUFFIXES,
-        skip_dirs=[directory] if directory is not None else [],
-    )
-    sources.items.extend(Source(p) for p in stores)
-    if not sources.items and not sources.problems:
-        raise click.UsageError("no inputs (give files, folders, or --files-from)")
-    zarr_target = output is not None and str(output).lower().rstrip("/").endswith(".zarr")
-    if zarr_target and zarr_output:
-        if len(sources.items) + len(sources.problems) != 1:
-            raise click.UsageError("-o takes exactly one input; use -d DIR for several")
-        plan = Plan(problems=list(sources.problems))
-        target = Path(output)
-        if sources.items:
-            item = sources.items[0]
-            if item.path is not None and target.absolute() == item.path.absolute():
-                raise click.UsageError(f"-o {output} would overwrite its input")
-            if target.exists() and not overwrite and skip_existing:
-                from ..planner import Problem
-
-                plan.skipped.append(Problem(item.label, f"skipped, {target} exists"))
-                return plan
-            plan.tasks.append(Task(item, target))
-        return plan
-    if name_template is not None:
-        rule = Rule(name_template, "tif", stem=output_stem)
-    else:  # x.ome.tif -> x_norm.ome.tif; a .zarr input -> .ome.zarr beside
-        name = default_name or (lambda p: output_for(p, None, directory).name)
-        rule = Rule("{stem}", "", stem=name)
-    plan = plan_outputs(
-        sources,
-        rule=rule,
-        output=output,
-        output_dir=directory,
-        overwrite=overwrite,
-        skip_existing=skip_existing,
-    )
-    make_output_folders(plan)
-    return plan
-
-
-def run_plan(plan, report, work, command: str) -> None:
-    """Runs `work(source, target)` for every task; every failure is one line and the batch goes
-    on; Ctrl-C prints what was done. Exits with the Report's status."""
-    from ..io.atomic import remove_pending_temporaries
-
-    for problem in plan.problems:
-        report.fail(problem.label, problem.reason)
-    for entry in plan.skipped:
-        report.skip(entry.label, entry.reason)
-    for entry in plan.left_out:
-        report.detail(f"{entry.label}: {entry.reason}")
-    try:
-        for task in plan.tasks:
-            source = task.source.path
-            try:
-                result = work(source, task.target)
-                report.wrote(task.source.label, task.target)
-                report.info(result.summary())
-            except FileError as error:
-                report.fail(error.path, error.problem, error)
-            except ImgopsError as error:
-                report.fail(task.source.label, error.format_message(), error)
-            except MemoryError as error:
-                report.fail(task.source.label, "out of memory (try a smaller --chunk-mb)", error)
-            except Exception as error:  # torch.OutOfMemoryError after halving to one plane
-                if type(error).__name__ != "OutOfMemoryError":
-                    raise
-                report.fail(
-                    task.source.label,
-                    "out of GPU memory even with one plane per chunk "
-                    "(free GPU memory, or use --device cpu)",
-                    error,
-                )
-    except KeyboardInterrupt:
-        remove_pending_temporaries()
-        report.interrupted = True
-        report.error(report.interrupted_line())
-        raise click.exceptions.Exit(report.exit_code) from None
-    if plan.total > 1 or report.failures:
-        summary = f"{command}: {report.line()}"
-        if report.failures and report.quiet:
-            report.error(summary)
-        else:
-            report.info(summary)
-    if report.exit_code:
-        raise click.exceptions.Exit(report.exit_code)
 
 
 def _normalise_one(path: Path, target: Path, options: dict, reporter):

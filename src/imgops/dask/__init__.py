@@ -13,7 +13,8 @@ Needs the optional extra `imgops[dask]` (dask, distributed, zarr; dask-cuda for
 single-process ops for integer inputs); `imgops.dask.cluster.connect(spec)`: a client for
 "local:N", "local-cuda" or "tcp://HOST:PORT"; `imgops.dask.batch.run_batch_distributed`: the
 photo batch engine per partition of the file list; `imgops.dask.volume`: zarr / OME-Zarr in and
-out, written chunk-parallel by the workers; `imgops.dask.cli_option`: `--scheduler SPEC`.
+out, written chunk-parallel by the workers; `imgops.dask.run`: what the commands run with
+`--scheduler SPEC` (the option itself is imgops.cli_common.scheduler_option).
 """
 
 from __future__ import annotations

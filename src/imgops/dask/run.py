@@ -1,16 +1,18 @@
-"""`--scheduler SPEC` for the commands, and the glue they call when it is given.
+"""What the commands run when `--scheduler SPEC` is given (the option itself is the CLI's:
+imgops.cli_common.scheduler_option).
 
-- `imgops gray` (commands/gray.py): `@scheduler_option`; with a SPEC the planned files go
-  through `run_gray_with_scheduler(spec, jobs, settings, on_result)`, whose results feed the one
-  Report and its bar, as `run_gray` does without it.
-- `imgops normvol` (commands/normvol.py): `@scheduler_option`; with a SPEC the command opens one
-  client (`cluster.connect(spec, preload=VOLUME_PRELOAD)`) and runs `normalize_on_cluster(client,
+- `imgops gray` (commands/gray.py): the planned files go through
+  `run_gray_with_scheduler(spec, jobs, settings, on_result)`, whose results feed the one Report
+  and its bar, as `run_gray` does without it.
+- `imgops normvol` (commands/normvol.py): the command opens one client
+  (`cluster.connect(spec, preload=VOLUME_PRELOAD)`) and runs `normalize_on_cluster(client,
   src, dst, options)` per planned volume, with the options dict it builds for
   imgops.volume_files.normalize_file.
 
-This module imports only click; dask loads when a command actually runs with --scheduler. Every
-failure that is not one file's (the extra missing, the scheduler unreachable) is an ImgopsError:
-one line, exit 1.
+Library code: no click. Importing this module imports neither dask nor numpy; they load when a
+function here runs. Every failure that is not one file's (the extra missing, the scheduler
+unreachable) is an ImgopsError (one line, exit 1); one volume's is a FileError; jobs a cluster
+cannot run (stdin/stdout) are a UsageProblem (exit 2).
 """
 
 from __future__ import annotations
@@ -21,50 +23,22 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import click
-
-from ..errors import FileError, ImgopsError
+from ..errors import FileError, ImgopsError, UsageProblem
 
 if TYPE_CHECKING:
     from ..pipeline import GrayJob, JobResult, PipelineSettings, Summary
     from .volume import VolumeRun
 
 __all__ = [
+    "BATCH_PRELOAD",
+    "VOLUME_PRELOAD",
+    "check_volume_task",
+    "normalize_on_cluster",
     "normalize_with_scheduler",
     "run_batch_with_scheduler",
     "run_gray_with_scheduler",
-    "scheduler_option",
+    "volume_layout",
 ]
-
-SCHEDULER_HELP = (
-    "Run on a Dask cluster (needs imgops[dask]): local:N (N worker processes on this host), "
-    "local-cuda (one worker per GPU, needs dask-cuda) or tcp://HOST:PORT (a running scheduler; "
-    "inputs and outputs must be on storage every worker sees)."
-)
-
-
-def _check_spec(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
-    if value is None:
-        return None
-    from .cluster import parse_spec  # click-only module: no dask import
-
-    try:
-        parse_spec(value)
-    except ValueError as error:
-        raise click.BadParameter(str(error)) from None
-    return value
-
-
-#: The option: `@scheduler_option` adds `scheduler: str | None` (env IMGOPS_SCHEDULER).
-scheduler_option = click.option(
-    "--scheduler",
-    "scheduler",
-    metavar="SPEC",
-    default=None,
-    envvar="IMGOPS_SCHEDULER",
-    callback=_check_spec,
-    help=SCHEDULER_HELP,
-)
 
 
 #: What local workers import before their first task (imgops.dask.cluster.connect's preload).
@@ -89,7 +63,7 @@ def run_batch_with_scheduler(
         with connect(spec, preload=BATCH_PRELOAD) as client:
             return run_batch_distributed(job_list, op, settings, on_result, client)
     except ValueError as error:  # stdin/stdout jobs
-        raise click.UsageError(f"--scheduler: {error}") from None
+        raise UsageProblem(f"--scheduler: {error}") from None
     finally:
         if local:  # workers killed with the cluster may leave temporaries of unfinished files
             remove_stale_temporaries_of(job.target for job in job_list if job.target is not None)
