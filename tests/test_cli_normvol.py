@@ -266,3 +266,23 @@ def test_a_signal_mid_stack_leaves_no_file(tmp_path: Path, signum: int):
     _, stderr = process.communicate(timeout=60)
     assert process.returncode == 128 + signum, stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["big.tif"]
+
+
+def test_stats_json_has_counts_bounds_and_failed_list(stacks: Path):
+    import json
+
+    (stacks / "bad.tif").write_bytes(b"II*\x00 broken")
+    stats = stacks / "run" / "stats.json"
+    stats.parent.mkdir()
+    result = invoke(
+        stacks / DWI, stacks / "bad.tif", "--max", 4095, "-d", stacks / "out", "--stats-json", stats
+    )
+    assert result.exit_code == 1
+    data = json.loads(stats.read_text())
+    assert (data["written"], data["skipped"], data["failed"]) == (1, 0, 1)
+    assert [f["input"] for f in data["failures"]] == [str(stacks / "bad.tif")]
+    assert data["command"] == "normvol" and data["device"] == "cpu"
+    (entry,) = data["files"]
+    assert entry["output"] == str(stacks / "out" / DWI)
+    assert entry["bounds"] == {"all": [0.0, 4095.0]} and entry["seconds"] > 0
+    assert entry["outside_0_1"] == int((tifffile.imread(stacks / DWI) > 4095).sum())

@@ -7,6 +7,7 @@ inputs and outputs, and reports (one line per file, warnings, the batch summary)
 from __future__ import annotations
 
 import math
+import time
 from pathlib import Path
 
 import click
@@ -24,6 +25,7 @@ from ..cli_common import (
     resolve_device,
     scheduler_option,
     skip_existing_option,
+    stats_json_option,
     verbose_option,
 )
 from ..errors import FileError
@@ -175,6 +177,7 @@ def output_for(path: Path, output: Path | None, directory: Path | None) -> Path:
     callback=_positive,
     help="Memory for plane buffers in flight (host, and GPU on CUDA); chunks are whole planes.",
 )
+@stats_json_option
 @device_option
 @scheduler_option
 @overwrite_option
@@ -201,6 +204,7 @@ def normvol(
     pyramid: int | None,
     ngff: str,
     chunk_mb: float,
+    stats_json: Path | None,
     device: str,
     scheduler: str | None,
     overwrite: bool,
@@ -256,6 +260,7 @@ def normvol(
             overwrite,
             skip_existing,
             default_name=lambda p: output_for(p, None, directory).name,
+            stats_path=stats_json,
         )
     report.total = plan.total
     if not verbose:
@@ -279,13 +284,47 @@ def normvol(
         device=torch_device,
         overwrite=overwrite,
     )
+    files: list[dict] = []
+    started = time.perf_counter()
+
+    def stats() -> dict:
+        return {
+            "command": "normvol",
+            "device": str(torch_device),
+            "scheduler": scheduler,
+            "chunk_mb": chunk_mb,
+            "compress": compress,
+            "wall_seconds": time.perf_counter() - started,
+            "files": files,
+        }
+
+    def record(src: Path, dst: Path, result) -> None:
+        entry: dict = {"input": str(src), "output": str(dst)}
+        if hasattr(result, "labels"):  # NormalizeResult: bounds per group
+            entry["bounds"] = {
+                label: [lo, hi]
+                for label, lo, hi in zip(result.labels, result.lows, result.highs, strict=True)
+            }
+            entry["seconds"] = result.seconds
+        elif hasattr(result, "low"):  # dask.volume.VolumeRun: one pair of bounds
+            entry["bounds"] = {"all": [result.low, result.high]}
+            entry["seconds"] = sum(result.seconds.values())
+        entry["outside_0_1"] = getattr(result, "outside", 0)
+        files.append(entry)
+
     if scheduler is not None:
-        _run_on_cluster(plan, report, options, scheduler)
+        _run_on_cluster(plan, report, options, scheduler, stats_json, stats, record)
         return
-    run_plan(plan, report, lambda src, dst: _normalise_one(src, dst, options, report), "normvol")
+
+    def work(src: Path, dst: Path):
+        result = _normalise_one(src, dst, options, report)
+        record(src, dst, result)
+        return result
+
+    run_plan(plan, report, work, "normvol", stats_path=stats_json, stats=stats)
 
 
-def _run_on_cluster(plan, report, options: dict, scheduler: str) -> None:
+def _run_on_cluster(plan, report, options: dict, scheduler: str, stats_path, stats, record) -> None:
     """The plan on the Dask cluster `scheduler` names: inputs that cannot go there fail
     without starting one, then one connection serves every volume."""
     from ..dask import require_dask
@@ -304,15 +343,17 @@ def _run_on_cluster(plan, report, options: dict, scheduler: str) -> None:
         def work(src: Path, dst: Path):
             if src in problems:
                 raise problems[src]
-            return normalize_on_cluster(client, src, dst, options, reporter=report)
+            result = normalize_on_cluster(client, src, dst, options, reporter=report)
+            record(src, dst, result)
+            return result
 
         return work
 
     if len(problems) == len(plan.tasks):  # nothing for a cluster to do
-        run_plan(plan, report, work_on(None), "normvol")
+        run_plan(plan, report, work_on(None), "normvol", stats_path=stats_path, stats=stats)
         return
     with connect(scheduler, preload=VOLUME_PRELOAD) as client:
-        run_plan(plan, report, work_on(client), "normvol")
+        run_plan(plan, report, work_on(client), "normvol", stats_path=stats_path, stats=stats)
 
 
 def _normalise_one(path: Path, target: Path, options: dict, reporter):
