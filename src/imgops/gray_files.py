@@ -159,6 +159,7 @@ def gray_file(
     quality: int = DEFAULT_JPEG_QUALITY,
     device: str = "auto",
     decoder: str = "auto",
+    fsync: bool = True,
     stdout: IO[bytes] | None = None,
 ) -> Report:
     """Converts one image file to exact BT.601 gray, as `imgops gray SRC [-o DST]` does.
@@ -167,7 +168,8 @@ def gray_file(
     format is `fmt`, or what `dst`'s suffix names, or png. Returns the Report (its `outputs`
     holds the path written). Raises imgops.errors.PlanError (e.g. `dst` is `src`) before
     anything is done, FileFailedError naming `src` when the file cannot be converted
-    (the error it came from is chained), and never leaves a partial output.
+    (the error it came from is chained), and never leaves a partial output. `fsync` False
+    skips flushing the output to disk before the rename (`imgops gray --no-fsync`).
 
     Example:
         >>> imgops.gray_file("photo.jpg", "photo_gray.png").outputs
@@ -195,6 +197,7 @@ def gray_file(
         overwrite=overwrite,
         jobs=1,
         decoder=decoder,
+        durable=fsync,
         jpeg_quality=quality,
         expected_files=1,
         stdout=stdout,

@@ -110,6 +110,14 @@ def _gpu_decoder_unavailable() -> type[BaseException] | None:
     type=click.IntRange(min=1),
     help="Worker threads for decoding and encoding  [default: CPU count]",
 )
+@click.option(
+    "--fsync/--no-fsync",
+    default=True,
+    show_default=True,
+    help="Flush each output to disk before it is renamed into place. --no-fsync is faster "
+    "(a durable write costs milliseconds per file) and still never leaves a partial output "
+    "when imgops fails or is stopped, but a power loss or OS crash may.",
+)
 @stats_json_option
 @device_option
 @scheduler_option
@@ -132,6 +140,7 @@ def gray(
     quality: int | None,
     decoder: str,
     jobs: int | None,
+    fsync: bool,
     stats_json: Path | None,
     device: str,
     scheduler: str | None,
@@ -197,6 +206,7 @@ def gray(
             decoder=decoder,
             overwrite=overwrite,
             skip_existing=skip_existing,
+            durable=fsync,
             expected_files=len(plan.tasks),
             stdout=click.open_file(STDIO, "wb") if output == STDIO else None,
         )
