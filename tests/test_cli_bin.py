@@ -201,7 +201,9 @@ def test_stats_json_counts_and_failed_list(tmp_path: Path):
     stats = tmp_path / "run" / "stats.json"
     stats.parent.mkdir()
     inputs = [tmp_path / n for n in ("a.tif", "bad.tif", "c.tif")]
-    result = invoke(*inputs, "--factor", 1, 2, 2, "--skip-existing", "--stats-json", stats)
+    result = invoke(
+        *inputs, "--factor", 1, 2, 2, "--skip-existing", "--stats-json", stats, "--device", "cpu"
+    )
     assert result.exit_code == 1
     assert "1 written, 1 skipped, 1 failed" in result.stderr
     data = json.loads(stats.read_text())
