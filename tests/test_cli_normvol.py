@@ -275,8 +275,8 @@ def test_stats_json_has_counts_bounds_and_failed_list(stacks: Path):
     stats = stacks / "run" / "stats.json"
     stats.parent.mkdir()
     result = invoke(
-        stacks / DWI, stacks / "bad.tif", "--max", 4095, "-d", stacks / "out", "--stats-json", stats,
-        "--device", "cpu",
+        stacks / DWI, stacks / "bad.tif", "--max", 4095, "-d", stacks / "out",
+        "--stats-json", stats, "--device", "cpu",
     )  # fmt: skip
     assert result.exit_code == 1
     data = json.loads(stats.read_text())
