@@ -153,12 +153,7 @@ def run_plan(
     "interrupted": true). Exits with the Report's status."""
     from ..io.atomic import remove_pending_temporaries
 
-    for problem in plan.problems:
-        report.fail(problem.label, problem.reason)
-    for entry in plan.skipped:
-        report.skip(entry.label, entry.reason)
-    for entry in plan.left_out:
-        report.detail(f"{entry.label}: {entry.reason}")
+    report.add_plan(plan)
     try:
         for task in plan.tasks:
             source = task.source.path
