@@ -75,10 +75,25 @@ def codec_info() -> dict[str, str]:
 
     usable, why = gpu_decode.status()
     info = {"gpu jpeg decoder": ("nvImageCodec: " if usable else "not used: ") + why}
+    info["cuda engine (gray)"] = cuda_engine_info()
     info.update({f"png {level}": backend for level, backend in png.backend_info().items()})
     codecs = volumes.codec_status()
     info["tiff codecs"] = ", ".join(f"{k}{'' if v else ' (missing)'}" for k, v in codecs.items())
     return info
+
+
+def cuda_engine_info() -> str:
+    """Which engine `imgops gray --device cuda` runs on here, and why."""
+    from ..engine import cuda_driver
+    from ..engine.device import driver_engine_usable
+    from ..engine.ops import GRAY
+
+    if not driver_engine_usable(GRAY):
+        if cuda_driver.kernels_path() is None:
+            return "torch (imgops was built without its fatbin kernels, _device_kernels.fatbin)"
+        return "torch (IMGOPS_CUDA_ENGINE=torch)"
+    where = "" if cuda_driver.driver_available() else "; no CUDA driver or GPU on this machine"
+    return f"torch-free: fatbin kernels through the CUDA driver, nvImageCodec decode{where}"
 
 
 def cli_kernels_built() -> bool:

@@ -169,11 +169,9 @@ class DeviceEngine:
         self.results: queue.Queue[Any] = queue.Queue()
         self.items: queue.Queue[Any] = queue.Queue()
         self.decoded_budget = ByteBudget(settings.startup_buffer_bytes)
-        self.torch_stage = TorchStage(
-            device, settings.torch_threads or (1 if workers > 1 else None)
-        )
         self._decoder_factory = decoder_factory
         self._jpeg_factory = jpeg_encoder_factory
+        self.stage = self._make_stage(device)
         self.decoder: Any = None
         self.max_pixels = settings.max_pixels or default_max_pixels()
         # Four batches: while torch starts, the first ones decode and wait on the device.
@@ -183,6 +181,10 @@ class DeviceEngine:
         self.max_in_flight = 0
         self.phases = Phases()
         self.gpu_peak_bytes: int | None = None
+
+    def _make_stage(self, device: str) -> Any:
+        """The device stage, starting in the background: torch, the extension, a stream."""
+        return TorchStage(device, self.settings.torch_threads or (1 if self.workers > 1 else None))
 
     # ---------------------------------------------------------------- the calling thread
     def run(self, jobs: Iterator[Job], on_result: Callable[[JobResult], None]) -> None:
@@ -265,13 +267,10 @@ class DeviceEngine:
         now = time.perf_counter()
         seconds["read"], start = now - start, now
         self.phases.add("prep.read", seconds["read"])
-        if self.host_while_starting and not self.torch_stage.future.done():
+        if self.host_while_starting and not self.stage.future.done():
             # torch and CUDA are still starting (seconds): this file takes the CPU path now
             # instead of waiting, so a small batch on CUDA finishes no later than on the CPU.
-            data, item.data = item.data, None
-            self.host.finish(item.result, data, start)  # type: ignore[union-attr]
-            item.extra["done_on_host"] = True
-            self.phases.add("prep.host_path", time.perf_counter() - start)
+            self._finish_on_host(item, start)
             return
         if self.decoder is not None:
             item.candidate = self.decoder.accept(item.data, self.max_pixels)
@@ -280,6 +279,18 @@ class DeviceEngine:
             self.phases.add("prep.parse", seconds["decode"])
             if item.candidate is not None:
                 return
+        self._decode_on_host(item, start)
+
+    def _finish_on_host(self, item: _Item, start: float) -> None:
+        """The whole CPU path for this file, here on the prep thread (the same bytes)."""
+        data, item.data = item.data, None
+        self.host.finish(item.result, data, start)  # type: ignore[union-attr]
+        item.extra["done_on_host"] = True
+        self.phases.add("prep.host_path", time.perf_counter() - start)
+
+    def _decode_on_host(self, item: _Item, start: float) -> None:
+        """A file the GPU does not decode: OpenCV decodes it here; the device runs the op."""
+        seconds = item.result.seconds
         image = decode_image(item.data, max_pixels=self.settings.max_pixels)
         item.result.decoder = "opencv"
         item.result.note = join_notes(item.result.note, image.note)
@@ -315,7 +326,7 @@ class DeviceEngine:
                 batch = self._gather(block=not waiting)
                 if batch is not None:
                     waiting.append((batch, self._decode_batch(batch)))
-                ready = self.torch_stage.future.done()
+                ready = self.stage.future.done()
                 held = sum(self._item_bytes(i) for b, _ in waiting for i in b)
                 if batch is not None and not ready and held < self.settings.startup_device_bytes:
                     continue
@@ -337,7 +348,7 @@ class DeviceEngine:
     def _started(self, waiting: list[tuple[list[_Item], dict[int, Any]]]) -> TorchStage:
         """The torch stage (waiting for it); the wait is charged to the files that waited."""
         start = time.perf_counter()
-        stage = self.torch_stage.get()
+        stage = self.stage.get()
         waited = time.perf_counter() - start
         self.phases.add("device.wait_torch", waited)
         if self.pool is None:
@@ -389,9 +400,7 @@ class DeviceEngine:
         if not picked:
             return {}
         start = time.perf_counter()
-        stage = self.torch_stage.future
-        handle = stage.result().stream_handle() if stage.done() and not stage.exception() else 0
-        decoded = self.decoder.decode([batch[i].candidate for i in picked], handle)
+        decoded = self.decoder.decode([batch[i].candidate for i in picked], self._decode_stream())
         took = time.perf_counter() - start
         first = not getattr(self, "_decoded_once", False)
         self._decoded_once = True
@@ -406,6 +415,12 @@ class DeviceEngine:
             else:
                 images[i] = image
         return images
+
+    def _decode_stream(self) -> int:
+        """The stream nvImageCodec decodes on: the stage's once started, else the default (0);
+        `_started` synchronizes the device for batches decoded before the stage was ready."""
+        stage = self.stage.future
+        return stage.result().stream_handle() if stage.done() and not stage.exception() else 0
 
     def _fallback(self, item: _Item, why: str) -> None:
         """Sends one file through the CPU path (same bits); its result is posted from there."""
@@ -614,6 +629,11 @@ class DeviceEngine:
         return out
 
     # ---------------------------------------------------------------- encode threads
+    @staticmethod
+    def _host_array(host: Any) -> np.ndarray:
+        """The rows or pixels that came back, as numpy (here: a pinned torch tensor)."""
+        return host.numpy()
+
     def _finish(self, item: _Item, event: Any, buffer: Any, host: Any, jpeg: bytes | None) -> None:
         outcome: JobResult | FatalError
         try:
@@ -637,7 +657,7 @@ class DeviceEngine:
         elif settings.fmt == "png" and self.filtered:
             shape, itemsize = item.extra["out_shape"], item.extra["itemsize"]
             encoded = self.filtered(
-                host.numpy(),
+                self._host_array(host),
                 width=shape[1],
                 height=shape[0],
                 channels=1 if len(shape) == 2 else shape[2],
@@ -645,7 +665,7 @@ class DeviceEngine:
                 level=settings.png_level,
             )
         else:
-            encoded = encode_host(host.numpy(), item.order, settings)
+            encoded = encode_host(self._host_array(host), item.order, settings)
         now = time.perf_counter()
         result.seconds["encode"], start = now - start, now
         self.writer.write(result.job.target, encoded)

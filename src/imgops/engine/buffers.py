@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from typing import Any
 
 
@@ -55,9 +56,21 @@ class BufferPool:
     over the limit is served when no buffer is out (slow, never a deadlock).
     """
 
-    def __init__(self, limit: int, *, pin: bool, granule: int = GRANULE) -> None:
+    def __init__(
+        self,
+        limit: int,
+        *,
+        pin: bool,
+        granule: int = GRANULE,
+        allocate: Callable[[int], Any] | None = None,
+        dispose: Callable[[Any], None] | None = None,
+    ) -> None:
         self.limit = max(0, limit)
         self._pin = pin
+        #: `allocate(nbytes)` makes a buffer with an `nbytes` attribute (default: a flat uint8
+        #: torch tensor, pinned where `pin`); `dispose(buffer)` frees one the pool drops.
+        self._allocate = allocate or self._torch_buffer
+        self._dispose = dispose
         self._granule = max(1, granule)
         self._free: list[Any] = []
         self._cond = threading.Condition()
@@ -66,28 +79,34 @@ class BufferPool:
         self.allocated = 0
         self.peak_bytes = 0
 
-    def acquire(self, nbytes: int) -> Any:
-        """A flat uint8 torch tensor of at least `nbytes` bytes (blocks when the pool is full)."""
+    def _torch_buffer(self, nbytes: int) -> Any:
         import torch
 
+        return torch.empty(nbytes, dtype=torch.uint8, pin_memory=self._pin)
+
+    def acquire(self, nbytes: int) -> Any:
+        """A buffer of at least `nbytes` bytes (blocks when the pool is full)."""
         with self._cond:
             while True:
-                fits = [i for i, b in enumerate(self._free) if b.numel() >= nbytes]
+                fits = [i for i, b in enumerate(self._free) if b.nbytes >= nbytes]
                 if fits:  # (indices: `list.remove` would compare tensors by value)
-                    best = min(fits, key=lambda i: self._free[i].numel())
+                    best = min(fits, key=lambda i: self._free[i].nbytes)
                     self._out += 1
                     return self._free.pop(best)
                 size = _granule_up(nbytes, self._granule)
                 if self._held + size <= self.limit or self._out == 0 and not self._free:
-                    buffer = torch.empty(size, dtype=torch.uint8, pin_memory=self._pin)
+                    buffer = self._allocate(size)
                     self._held += size
                     self.peak_bytes = max(self.peak_bytes, self._held)
                     self.allocated += 1
                     self._out += 1
                     return buffer
                 if self._free:  # none fits and no room: drop the smallest free one
-                    smallest = min(range(len(self._free)), key=lambda i: self._free[i].numel())
-                    self._held -= self._free.pop(smallest).numel()
+                    smallest = min(range(len(self._free)), key=lambda i: self._free[i].nbytes)
+                    dropped = self._free.pop(smallest)
+                    self._held -= dropped.nbytes
+                    if self._dispose is not None:
+                        self._dispose(dropped)
                     continue
                 self._cond.wait(0.1)
 
@@ -97,3 +116,12 @@ class BufferPool:
             self._free.append(buffer)
             self._out -= 1
             self._cond.notify_all()
+
+    def close(self) -> None:
+        """Frees every free buffer through `dispose` (buffers still out are the caller's)."""
+        with self._cond:
+            free, self._free = self._free, []
+            for buffer in free:
+                self._held -= buffer.nbytes
+                if self._dispose is not None:
+                    self._dispose(buffer)

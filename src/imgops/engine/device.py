@@ -9,7 +9,9 @@ starts in milliseconds on the CPU path.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
+from typing import Any
 
 from ..io import gpu_decode
 from .types import PipelineSettings
@@ -20,6 +22,9 @@ from .types import PipelineSettings
 #: (docs/GPU.md; scripts/gpu-check.d/profile.sh refits it). Below it the CPU path finishes
 #: first: torch and nvImageCodec take 4-5 s to start there.
 CUDA_MIN_FILES = 3000
+#: The same crossover for ops with a driver function (imgops.engine.driver, no torch): the
+#: engine starts in about a second instead of 4-5 (provisional until measured on the H200 host).
+CUDA_MIN_FILES_DRIVER = 500
 
 
 class DeviceUnavailable(RuntimeError):
@@ -70,7 +75,20 @@ def check_torch_device(device: str) -> None:
         raise DeviceUnavailable(problem)
 
 
-def choose(settings: PipelineSettings) -> Plan:
+def driver_engine_usable(op: Any) -> bool:
+    """Whether CUDA batches of `op` can run on the torch-free engine (imgops.engine.driver):
+    the op has a driver function and a CPU function, and imgops was built with its fatbin
+    kernels. IMGOPS_CUDA_ENGINE=torch picks the torch engine instead (comparisons)."""
+    if op is None or getattr(op, "driver", None) is None or op.cpu is None:
+        return False
+    if os.environ.get("IMGOPS_CUDA_ENGINE", "driver") == "torch":
+        return False
+    from .cuda_driver import kernels_path
+
+    return kernels_path() is not None
+
+
+def choose(settings: PipelineSettings, op: Any = None) -> Plan:
     """The device and decoder for a batch (see the module docstring).
 
     Raises:
@@ -102,18 +120,30 @@ def choose(settings: PipelineSettings) -> Plan:
             raise DeviceUnavailable(f"--device {device}: no CUDA GPU is visible to torch")
         if decoder == "cpu":
             return Plan(device, "cpu", "--decoder cpu")
+        if driver_engine_usable(op) and gpu_decode.installed():
+            # The torch-free engine starts nvImageCodec in the background and lets the CPU
+            # decode everything if it cannot start: no serial check here.
+            return Plan(device, "gpu", "nvImageCodec installed (started with the engine)")
         usable, why = gpu_decode.status(_index(device))
         return Plan(device, "gpu" if usable else "cpu", why)
-    return _choose_auto(settings)
+    return _choose_auto(settings, op)
 
 
-def _choose_auto(settings: PipelineSettings) -> Plan:
+def _choose_auto(settings: PipelineSettings, op: Any = None) -> Plan:
     files = settings.expected_files
-    if files is None or files < CUDA_MIN_FILES:
+    driver = driver_engine_usable(op)
+    least = CUDA_MIN_FILES_DRIVER if driver else CUDA_MIN_FILES
+    if files is None or files < least:
         return Plan("cpu", "cpu", f"auto: {files or 'an unknown number of'} files, CUDA from "
-                    f"{CUDA_MIN_FILES}")  # fmt: skip
+                    f"{least}")  # fmt: skip
     if cuda_device_count() == 0:
         return Plan("cpu", "cpu", "auto: no CUDA GPU")
+    if driver and settings.decoder != "cpu":
+        if not gpu_decode.installed():
+            return Plan(
+                "cpu", "cpu", f"auto: nvImageCodec is not installed ({gpu_decode.INSTALL_HINT})"
+            )
+        return Plan("cuda", "gpu", f"auto: {files} files >= {least}, the torch-free CUDA engine")
     usable, why = gpu_decode.status(0)
     if not usable:
         return Plan("cpu", "cpu", f"auto: {why}")

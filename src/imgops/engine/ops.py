@@ -8,6 +8,9 @@ op knowing about batches, threads or codecs:
   has no numpy form; the engine then runs `torch` on torch's CPU device.
 * `torch(batch, channel_order) -> tensor`: a batch of images of one shape as one tensor,
   (N, H, W) gray or (N, H, W, 3), on any device; returns (N, H, W) or (N, H, W, 3).
+* `driver(stage, image, channel_order) -> DeviceImage` (optional): one 8-bit image decoded into
+  device memory, through imgops' fatbin kernels and the CUDA driver API: the CUDA engine that
+  never imports torch (imgops.engine.driver). Ops without it run on the torch engine on CUDA.
 
 `channel_order` is "bgr" (OpenCV's decode), "rgb" (nvImageCodec's) or None for gray input.
 A colour result keeps the input's channel order. Both functions must give the same bits:
@@ -36,6 +39,10 @@ class ImageOp:
     torch: Callable[[Any, str | None], Any]
     #: Appended to the input's stem for default output names ("photo" -> "photo_gray.png").
     suffix: str
+    #: `driver(stage, image, channel_order) -> DeviceImage`: one decoded 8-bit image in device
+    #: memory through imgops' own kernels (imgops.engine.driver: the CUDA path without torch),
+    #: queued on `stage.stream`. None: CUDA batches of this op run on the torch engine.
+    driver: Callable[[Any, Any, str | None], Any] | None = None
 
 
 def gray_numpy(pixels: np.ndarray, channel_order: str | None) -> np.ndarray:
@@ -71,4 +78,17 @@ def gray_torch(batch: Any, channel_order: str | None) -> Any:
     return torch.ops.imgops.rgb_to_gray.default(batch, channel_order or "rgb")
 
 
-GRAY = ImageOp(name="gray", cpu=gray_numpy, torch=gray_torch, suffix="_gray")
+def gray_driver(stage: Any, image: Any, channel_order: str | None) -> Any:
+    """Exact BT.601 luma of one device image (imgops.engine.driver.DeviceImage) with the
+    fatbin's gray kernel, queued on the stage's stream; gray input passes through."""
+    if image.channels == 1:
+        return image
+    out = stage.new_image(image.height, image.width, 1)
+    stage.kernels.gray_u8(
+        image.ptr, image.pitch, out.ptr, out.pitch, image.width, image.height,
+        channel_order == "bgr", stage.stream,
+    )  # fmt: skip
+    return out
+
+
+GRAY = ImageOp(name="gray", cpu=gray_numpy, torch=gray_torch, suffix="_gray", driver=gray_driver)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable
 
-from .device import Plan, choose
+from .device import Plan, choose, driver_engine_usable
 from .files import FatalError
 from .host import run_host
 from .ops import GRAY, ImageOp
@@ -40,7 +40,7 @@ def run_batch(
     if not 1 <= settings.jpeg_quality <= 100:
         raise ValueError(f"JPEG quality must be 1..100, got {settings.jpeg_quality}")
     started = time.perf_counter()
-    plan = choose(settings)
+    plan = choose(settings, op)
     workers = settings.jobs or default_jobs()
     summary = Summary(device=plan.device, choice=plan.why)
 
@@ -86,6 +86,13 @@ def device_engine(op: ImageOp, settings: PipelineSettings, plan: Plan, workers: 
         def jpeg_factory():
             return GpuJpegEncoder(settings.jpeg_quality, plan.index, cpu_backend=cpu_backend)
 
+    cuda = plan.device.startswith("cuda") and plan.decoder == "gpu" and not cpu_backend
+    if cuda and driver_engine_usable(op):
+        from .driver import DriverEngine
+
+        return DriverEngine(
+            op, settings, plan.device, workers, decoder_factory, jpeg_factory, index=plan.index
+        )
     return DeviceEngine(op, settings, plan.device, workers, decoder_factory, jpeg_factory)
 
 

@@ -24,7 +24,15 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["BatchDecoder", "Candidate", "GpuDecoderUnavailable", "module", "status", "version"]
+__all__ = [
+    "BatchDecoder",
+    "Candidate",
+    "GpuDecoderUnavailable",
+    "installed",
+    "module",
+    "status",
+    "version",
+]
 
 INSTALL_HINT = "pip install 'imgops[gpu]' (nvidia-nvimgcodec-cu13 and nvidia-nvjpeg)"
 
@@ -76,6 +84,16 @@ def module() -> Any:
     if found is None:
         raise GpuDecoderUnavailable(problem)
     return found
+
+
+def installed() -> bool:
+    """Whether nvImageCodec is installed, found without importing it (milliseconds)."""
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec("nvidia.nvimgcodec") is not None
+    except (ImportError, ValueError):
+        return False
 
 
 def version() -> str | None:

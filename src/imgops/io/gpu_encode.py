@@ -163,6 +163,32 @@ class GpuJpegEncoder:
             return not tensor.is_cuda
         return tensor.is_cuda and tensor.device.index == self.device_id
 
+    def encode_arrays(self, arrays: Sequence[Any], cuda_stream: int = 0) -> list[bytes | None]:
+        """JPEG bytes of device images given by `__cuda_array_interface__` (uint8, (H, W, 1)
+        gray or (H, W, 3) RGB, rows may be pitched), as `encode` does for tensors; None where
+        it failed or the image is empty or over MAX_GPU_IMAGE_BYTES (OpenCV encodes those)."""
+        out: list[bytes | None] = [None] * len(arrays)
+        for gray in (False, True):
+            picked = []
+            for i, array in enumerate(arrays):
+                shape = tuple(array.__cuda_array_interface__["shape"])
+                size = shape[0] * shape[1] * shape[2]
+                wanted = shape[2] in (1, 3) and (shape[2] == 1) == gray
+                if wanted and 0 < size <= MAX_GPU_IMAGE_BYTES:
+                    picked.append(i)
+            if not picked:
+                continue
+            wrapped = [self._nv.as_image(arrays[i], cuda_stream=cuda_stream) for i in picked]
+            try:
+                streams = self._encoder.encode(
+                    wrapped, ".jpg", params=self._params[gray], cuda_stream=cuda_stream
+                )
+            except Exception:  # the whole call failed: OpenCV encodes these
+                continue
+            for i, stream in zip(picked, streams, strict=True):
+                out[i] = bytes(stream) if stream is not None else None
+        return out
+
     def encode(self, images: Sequence[Any], cuda_stream: int = 0) -> list[bytes | None]:
         """JPEG bytes of each tensor ((H, W) gray or (H, W, 3) RGB uint8), None where it failed
         or where `accepts` refuses it. The encode waits for work queued on `cuda_stream` (an

@@ -1,0 +1,349 @@
+"""The CUDA engine without torch: nvImageCodec decodes, imgops' fatbin kernels run the op and
+the PNG filter through the CUDA driver API (imgops.engine.cuda_driver), CPU threads deflate.
+
+`import torch` alone takes about 3 s on the H200 host, and the torch engine
+(imgops.engine.batched.DeviceEngine) pays it before the GPU does any work. This engine keeps
+the same pipeline (prep threads, one device thread, encode threads; the same bounds) and the
+same bytes, but its device stage starts in a fraction of that: the driver's primary context, one
+stream, the fatbin module, and nvImageCodec's decoder, all in a background thread while the
+first files take the CPU path.
+
+Per batch on the device thread: nvImageCodec decodes the accepted JPEGs (one call, on the
+stage's stream) -> `op.driver` per image (gray: one kernel into stream-ordered device memory) ->
+the PNG row filter kernel (or, for `-f jpg`, nvImageCodec's encoder) -> the rows copied into a
+reused pinned buffer -> an event; the encode threads wait for it, deflate and write. Device
+buffers are freed in stream order right after the copies are queued.
+
+What the GPU does not decode (PNG, TIFF, CMYK or 12-bit JPEG, ...) takes the whole CPU path on
+the prep thread: the conversion is ~1 % of such a file's time, so uploading it gains nothing.
+With `--decoder cpu` the torch engine runs instead (it uploads CPU-decoded images).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from concurrent.futures import Future
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .batched import DeviceEngine, _encode_png_filtered, _Item
+from .buffers import BufferPool
+from .files import FatalError
+from .types import join_notes
+
+
+@dataclass
+class DeviceImage:
+    """An 8-bit image in device memory: `height` rows of `width * channels` bytes, `pitch`
+    bytes apart. `owned`: allocated by the stage (freed after the batch's copies)."""
+
+    ptr: int
+    width: int
+    height: int
+    channels: int
+    pitch: int
+    owned: bool = False
+
+    @property
+    def row_bytes(self) -> int:
+        """Bytes of pixels in one row."""
+        return self.width * self.channels
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """(H, W) for gray, (H, W, C) otherwise."""
+        if self.channels == 1:
+            return (self.height, self.width)
+        return (self.height, self.width, self.channels)
+
+
+def device_image(image: Any) -> DeviceImage:
+    """A DeviceImage viewing a decoded image without a copy: an nvImageCodec image in device
+    memory (`__cuda_array_interface__`), or any host array (`__array_interface__`: the tests'
+    stand-in decoder). uint8, (H, W), (H, W, 1) or interleaved (H, W, C), rows may be pitched."""
+    try:
+        face = image.__cuda_array_interface__
+    except (AttributeError, RuntimeError):  # a host image
+        face = np.asarray(image).__array_interface__
+    shape = tuple(face["shape"])
+    if face.get("typestr") not in ("|u1", "<u1") or len(shape) not in (2, 3):
+        raise ValueError(f"unexpected decoded image {face.get('typestr')} {shape}")
+    height, width = shape[0], shape[1]
+    channels = shape[2] if len(shape) == 3 else 1
+    strides = face.get("strides")
+    pitch = strides[0] if strides else width * channels
+    if strides and len(shape) == 3 and (strides[1] != channels or strides[2] != 1):
+        raise ValueError(f"decoded image is not interleaved: strides {strides}")
+    if strides and len(shape) == 2 and strides[1] != 1:
+        raise ValueError(f"decoded image is not interleaved: strides {strides}")
+    return DeviceImage(int(face["data"][0]), width, height, channels, pitch)
+
+
+class DriverStage:
+    """The device, a stream, the fatbin kernels and (optionally) the GPU decoder, started in a
+    background thread; `future` completes when all of them are ready."""
+
+    cuda = True
+
+    def __init__(self, index: int, decoder_factory: Any = None) -> None:
+        self._index = index
+        self._decoder_factory = decoder_factory
+        self.decoder: Any = None
+        self.decoder_problem: str | None = None
+        self.future: Future[DriverStage] = Future()
+        threading.Thread(target=self._start, name="imgops-cuda-start", daemon=True).start()
+
+    def _start(self) -> None:
+        try:
+            from . import cuda_driver
+
+            self.device = cuda_driver.Device(self._index)
+            self.stream = self.device.stream()
+            self.kernels = cuda_driver.Kernels(self.device)
+            if self._decoder_factory is not None:
+                from ..io.gpu_decode import GpuDecoderUnavailable
+
+                try:
+                    self.decoder = self._decoder_factory()
+                except GpuDecoderUnavailable as error:  # decoder "auto": the CPU decodes
+                    self.decoder_problem = str(error)
+                if self.decoder is not None:
+                    self.decoder.warm_up(self.stream.handle)
+                    self.stream.synchronize()
+        except BaseException as error:
+            self.future.set_exception(error)
+        else:
+            self.future.set_result(self)
+
+    def get(self) -> DriverStage:
+        """This stage once started; FatalError if it cannot start."""
+        try:
+            return self.future.result()
+        except BaseException as error:
+            raise FatalError(error) from error
+
+    def stream_handle(self) -> int:
+        """The CUstream as an int, for nvImageCodec."""
+        return self.stream.handle
+
+    def event(self) -> Any:
+        """An event recorded on the stream now."""
+        return self.device.event(self.stream)
+
+    def new_image(self, height: int, width: int, channels: int) -> DeviceImage:
+        """A packed image in stream-ordered device memory, owned by the batch."""
+        pitch = width * channels
+        ptr = self.device.alloc(max(1, pitch * height), self.stream)
+        return DeviceImage(ptr, width, height, channels, pitch, owned=True)
+
+
+class DriverEngine(DeviceEngine):
+    """DeviceEngine with the torch-free device stage (see the module docstring)."""
+
+    def __init__(self, *args: Any, index: int = 0, **kwargs: Any) -> None:
+        self._index = index
+        super().__init__(*args, **kwargs)
+        if self.op.driver is None or self.host is None:
+            raise ValueError(f"op {self.op.name} has no driver or no CPU function")
+
+    def _make_stage(self, device: str) -> DriverStage:
+        factory = self._decoder_factory
+        if self.settings.decoder == "gpu":
+            factory = None  # created in run(), on the calling thread, so that it fails early
+        else:
+            self._decoder_factory = None  # the stage creates it in the background
+        return DriverStage(self._index, factory)
+
+    # ---------------------------------------------------------------- prep threads
+    def _read_and_decode(self, item: _Item) -> None:
+        stage = self.stage
+        if self.decoder is None and stage.future.done() and stage.decoder is not None:
+            self.decoder = stage.decoder  # (set once; the same object every time)
+        super()._read_and_decode(item)
+
+    def _decode_on_host(self, item: _Item, start: float) -> None:
+        self._finish_on_host(item, start)
+
+    # ---------------------------------------------------------------- the device thread
+    def _decode_stream(self) -> int:
+        return self.stage.get().stream_handle()  # the stage starts in well under a second
+
+    def _started(self, waiting: list[tuple[list[_Item], dict[int, Any]]]) -> DriverStage:
+        start = time.perf_counter()
+        stage = self.stage.get()
+        waited = time.perf_counter() - start
+        self.phases.add("device.wait_torch", waited)
+        if self.pool is None:
+            device = stage.device
+            self.pool = BufferPool(
+                self.settings.pinned_bytes,
+                pin=True,
+                allocate=device.pinned,
+                dispose=lambda buffer: buffer.close(),
+            )
+            self.filtered = _encode_png_filtered()
+        items = [item for batch, _ in waiting for item in batch]
+        if waited > 1e-3 and items:
+            for item in items:
+                item.result.seconds["start"] = waited / len(items)
+        return stage
+
+    def _run_batch(
+        self, stage: DriverStage, batch: list[_Item], images: dict[int, Any]
+    ) -> tuple[Any, list[Any]]:
+        from .cuda_driver import CudaError
+
+        start = time.perf_counter()
+        self._pool_wait = 0.0
+        keep: list[Any] = []
+        owned: list[int] = []
+        live: list[tuple[_Item, DeviceImage]] = []
+        try:
+            for i, item in enumerate(batch):
+                if i not in images:
+                    continue
+                image = device_image(images[i])
+                keep.append(images[i])  # nvImageCodec owns it: alive until the batch's event
+                item.order = "rgb" if image.channels == 3 else None
+                item.result.decoder = "nvimgcodec"
+                item.result.shape, item.result.dtype = image.shape, "uint8"
+                out = self.op.driver(stage, image, item.order)  # type: ignore[misc]
+                if out.owned:
+                    owned.append(out.ptr)
+                live.append((item, out))
+            event = self._send_back(stage, live, owned, time.perf_counter() - start)
+        except CudaError as error:
+            if not error.out_of_memory:
+                raise
+            stage.stream.synchronize()
+            for ptr in owned:
+                stage.device.free(ptr, stage.stream)
+            for item in batch:
+                if "fallback" not in item.extra:
+                    item.result.note = "out of GPU memory for this batch: converted on the CPU"
+                    self._fallback(item, "out of GPU memory")
+            return None, []
+        self.phases.add("device.run", time.perf_counter() - start - self._pool_wait)
+        free, total = stage.device.mem_info()
+        self.gpu_peak_bytes = max(self.gpu_peak_bytes or 0, total - free)
+        return event, keep
+
+    def _send_back(
+        self,
+        stage: DriverStage,
+        live: list[tuple[_Item, DeviceImage]],
+        owned: list[int],
+        seconds: float,
+    ) -> Any:
+        """Filters (PNG) or encodes (JPEG) each output, copies it into a pinned buffer, frees
+        the batch's device memory in stream order and queues the encodes."""
+        if not live:
+            return None
+        jpegs: list[bytes | None] = [None] * len(live)
+        if self.settings.fmt == "jpg" and self._jpeg_factory is not None:
+            jpegs = self._encode_jpegs_on_device(stage, live)
+        filtered = self.settings.fmt == "png" and self.filtered
+        copies = []
+        for (item, out), jpeg in zip(live, jpegs, strict=True):
+            if jpeg is not None:
+                copies.append((item, None, None, jpeg))
+                continue
+            if filtered:
+                source = self._filter_rows(stage, out, owned)
+                pitch = out.row_bytes + 1
+                nbytes = out.height * pitch
+            else:
+                source, pitch = out.ptr, out.pitch
+                nbytes = out.pitch * (out.height - 1) + out.row_bytes if out.height else 0
+            waited = time.perf_counter()
+            buffer = self.pool.acquire(max(1, nbytes))  # type: ignore[union-attr]
+            waited = time.perf_counter() - waited
+            self._pool_wait += waited
+            self.phases.add("device.wait_pool", waited)
+            if nbytes:
+                stage.device.copy_to_host(buffer.ptr, source, nbytes, stage.stream)
+            item.extra["out_shape"], item.extra["itemsize"] = out.shape, 1
+            host = _host_view(buffer, nbytes, out, pitch, rows=bool(filtered))
+            copies.append((item, buffer, host, None))
+        event = stage.event()
+        for ptr in owned:  # stream order: reused only after the copies above
+            stage.device.free(ptr, stage.stream)
+        owned.clear()
+        share = seconds / len(live)
+        for item, buffer, host, jpeg in copies:
+            item.result.seconds["device"] = share
+            self.encoders.submit(self._finish, item, event, buffer, host, jpeg)
+        return event
+
+    def _filter_rows(self, stage: DriverStage, out: DeviceImage, owned: list[int]) -> int:
+        """The PNG-filtered rows of `out` in device memory (the CPU filter's bytes)."""
+        from ..io.png import filter_code_for
+
+        nbytes = out.height * (out.row_bytes + 1)
+        rows = stage.device.alloc(max(1, nbytes), stage.stream)
+        owned.append(rows)
+        if out.height:
+            stage.kernels.png_filter_u8(
+                out.ptr, out.pitch, out.row_bytes, out.height, out.channels,
+                filter_code_for(self.settings.png_level), rows, stage.stream,
+            )  # fmt: skip
+        return rows
+
+    def _encode_jpegs_on_device(
+        self, stage: DriverStage, live: list[tuple[_Item, DeviceImage]]
+    ) -> list[bytes | None]:
+        """nvImageCodec's JPEG encoder over the batch's outputs (None: OpenCV encodes it)."""
+        from ..io.gpu_decode import GpuDecoderUnavailable
+        from .cuda_driver import DeviceArray
+
+        if not hasattr(self, "_jpeg"):
+            try:
+                self._jpeg = self._jpeg_factory()  # type: ignore[misc]
+            except GpuDecoderUnavailable as error:
+                self._jpeg_factory = None
+                first = live[0][0].result
+                first.note = join_notes(
+                    first.note, f"{error}; every file is encoded with OpenCV instead"
+                )
+                return [None] * len(live)
+        arrays = [
+            DeviceArray(
+                out.ptr, (out.height, out.width, out.channels), (out.pitch, out.channels, 1)
+            )
+            for _, out in live
+        ]
+        encoded = self._jpeg.encode_arrays(arrays, stage.stream_handle())
+        for (item, out), data in zip(live, encoded, strict=True):
+            if data is None:
+                item.result.note = join_notes(
+                    item.result.note,
+                    f"nvJPEG did not encode it ({out.width}x{out.height}): OpenCV instead",
+                )
+        return encoded
+
+    # ---------------------------------------------------------------- encode threads
+    @staticmethod
+    def _host_array(host: Any) -> np.ndarray:
+        return host if host.flags.c_contiguous else np.ascontiguousarray(host)
+
+    def run(self, jobs: Any, on_result: Any) -> None:
+        """As DeviceEngine.run; the pinned buffers are freed at the end."""
+        try:
+            super().run(jobs, on_result)
+        finally:
+            if self.pool is not None:
+                self.pool.close()
+
+
+def _host_view(buffer: Any, nbytes: int, out: DeviceImage, pitch: int, rows: bool) -> np.ndarray:
+    """The copied bytes as numpy: filtered rows (H, row_bytes + 1), or pixels (H, W[, C])."""
+    flat = buffer.array()[:nbytes]
+    if rows:
+        return flat.reshape(out.height, pitch)
+    if out.height == 0:
+        return np.zeros(out.shape, np.uint8)
+    strides = (pitch, out.channels, 1) if out.channels > 1 else (pitch, 1)
+    return np.lib.stride_tricks.as_strided(flat, shape=out.shape, strides=strides)

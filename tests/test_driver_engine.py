@@ -1,0 +1,361 @@
+"""The torch-free CUDA engine (imgops.engine.driver) without a GPU.
+
+The CUDA driver is replaced by a stand-in that keeps "device" memory in host memory (real
+addresses, so the engine's pointer arithmetic, pitches and copies are exercised as they are on
+the GPU) and runs the kernels' reference functions: the exact luma formula and the CPU PNG
+filter. The GPU decoder is replaced by OpenCV decoding into padded (pitched) buffers. What this
+checks is the engine: batches, the op as a parameter, pitches, pinned buffers, the stream-ordered
+frees, the CPU path for what the GPU does not decode, out-of-memory fallbacks, and that every
+file comes out with the CPU path's exact bytes. The kernels themselves are tested on the GPU
+(tests/test_cuda_driver.py, marked cuda).
+"""
+
+from __future__ import annotations
+
+import ctypes
+from pathlib import Path
+
+import cv2
+import numpy as np
+import pytest
+
+from imgops.engine import GRAY, Job, PipelineSettings, cuda_driver, run_batch
+from imgops.engine.device import Plan
+from imgops.engine.driver import DeviceImage, DriverEngine, device_image
+from imgops.io.png import filter_code_for
+
+SAMPLES = Path(__file__).resolve().parent.parent / "samples"
+PICTURES = sorted(p for p in SAMPLES.iterdir() if p.suffix in (".jpg", ".png"))
+JPEGS = [p for p in PICTURES if p.suffix == ".jpg"]
+
+
+def _host(ptr: int, nbytes: int) -> np.ndarray:
+    """nbytes of host memory at ptr as a flat uint8 array (no copy)."""
+    return np.ctypeslib.as_array((ctypes.c_uint8 * nbytes).from_address(ptr))
+
+
+class FakeStream:
+    handle = 12345
+
+    def synchronize(self) -> None:
+        pass
+
+
+class FakeEvent:
+    def synchronize(self) -> None:
+        pass
+
+    def done(self) -> bool:
+        return True
+
+
+class FakePinned:
+    def __init__(self, nbytes: int) -> None:
+        self._array = np.full(nbytes, 0xCD, np.uint8)  # poisoned: unwritten bytes show
+        self.ptr, self.nbytes = self._array.ctypes.data, nbytes
+        self.closed = False
+
+    def array(self) -> np.ndarray:
+        return self._array
+
+    def close(self) -> None:
+        self.closed = True
+
+
+class FakeDevice:
+    """Device memory in host memory; `fail_alloc_at` makes the Nth alloc run out of memory."""
+
+    instances: list[FakeDevice] = []
+    fail_alloc_at: int | None = None
+
+    def __init__(self, index: int = 0) -> None:
+        self.blocks: dict[int, np.ndarray] = {}
+        self.allocs = 0
+        self.pinned_buffers: list[FakePinned] = []
+        FakeDevice.instances.append(self)
+
+    def make_current(self) -> None:
+        pass
+
+    def mem_info(self) -> tuple[int, int]:
+        return 1 << 30, 2 << 30
+
+    def stream(self) -> FakeStream:
+        return FakeStream()
+
+    def event(self, stream: FakeStream) -> FakeEvent:
+        return FakeEvent()
+
+    def alloc(self, nbytes: int, stream: FakeStream) -> int:
+        self.allocs += 1
+        if FakeDevice.fail_alloc_at is not None and self.allocs == FakeDevice.fail_alloc_at:
+            raise cuda_driver.CudaError(2, "cuMemAllocAsync")
+        block = np.full(nbytes, 0xEE, np.uint8)
+        self.blocks[block.ctypes.data] = block
+        return block.ctypes.data
+
+    def free(self, ptr: int, stream: FakeStream) -> None:
+        del self.blocks[ptr]  # a double free or a foreign pointer fails the test
+
+    def pinned(self, nbytes: int) -> FakePinned:
+        buffer = FakePinned(nbytes)
+        self.pinned_buffers.append(buffer)
+        return buffer
+
+    def copy_to_host(self, dst: int, src: int, nbytes: int, stream: FakeStream) -> None:
+        ctypes.memmove(dst, src, nbytes)
+
+
+class FakeKernels:
+    """The kernels' definitions: the exact BT.601 formula and the CPU PNG filter."""
+
+    def __init__(self, device: FakeDevice, path: Path | None = None) -> None:
+        self.launches = 0
+
+    def gray_u8(self, src, src_pitch, dst, dst_pitch, width, height, bgr, stream) -> None:
+        self.launches += 1
+        flat = _host(src, src_pitch * (height - 1) + 3 * width)
+        rgb = np.lib.stride_tricks.as_strided(flat, (height, width, 3), (src_pitch, 3, 1))
+        wide = rgb.astype(np.int64)
+        red, blue = (wide[..., 2], wide[..., 0]) if bgr else (wide[..., 0], wide[..., 2])
+        luma = ((299 * red + 587 * wide[..., 1] + 114 * blue + 500) // 1000).astype(np.uint8)
+        out = _host(dst, dst_pitch * (height - 1) + width)
+        np.lib.stride_tricks.as_strided(out, (height, width), (dst_pitch, 1))[...] = luma
+
+    def png_filter_u8(self, src, src_pitch, row_bytes, height, bpp, filter, dst, stream) -> None:
+        from imgops.native import cli_kernels
+
+        self.launches += 1
+        flat = _host(src, src_pitch * (height - 1) + row_bytes)
+        image = np.ascontiguousarray(
+            np.lib.stride_tricks.as_strided(flat, (height, row_bytes), (src_pitch, 1))
+        )
+        rows = _host(dst, height * (row_bytes + 1)).reshape(height, row_bytes + 1)
+        rows[...] = _cpu_filter(cli_kernels(), image, bpp, filter)
+
+
+def _cpu_filter(module, image: np.ndarray, bpp: int, code: int) -> np.ndarray:
+    """PNG-filtered rows of an (H, row_bytes) uint8 image with the CPU filter."""
+    import torch
+
+    from imgops import _extension
+
+    _extension.load()
+    pixels = image if bpp == 1 else image.reshape(image.shape[0], -1, bpp)
+    return torch.ops.imgops.png_filter(torch.from_numpy(pixels), code).numpy()
+
+
+class FakeCandidate:
+    def __init__(self, data: bytes, gray: bool, width: int, height: int) -> None:
+        self.data, self.gray, self.width, self.height = data, gray, width, height
+
+    @property
+    def nbytes(self) -> int:
+        return self.width * self.height * (1 if self.gray else 3)
+
+
+class FakeDecoder:
+    """Decodes JPEGs with OpenCV into pitched buffers (rows padded), RGB or (H, W, 1) gray."""
+
+    def __init__(self, fail_names: tuple[bytes, ...] = ()) -> None:
+        self.fail_names = fail_names
+        self.batches = 0
+
+    def warm_up(self, cuda_stream: int = 0) -> None:
+        pass
+
+    def accept(self, data: bytes, max_pixels: int):
+        if not data.startswith(b"\xff\xd8\xff"):
+            return None
+        image = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_UNCHANGED)
+        if image is None:
+            return None
+        gray = image.ndim == 2
+        return FakeCandidate(data, gray, image.shape[1], image.shape[0])
+
+    def decode(self, batch, cuda_stream: int = 0):
+        from imgops.io.images import decode_image
+
+        assert cuda_stream == FakeStream.handle  # decodes go on the engine's stream
+        self.batches += 1
+        out = []
+        for candidate in batch:
+            pixels = decode_image(candidate.data).pixels  # OpenCV's pixels, EXIF applied
+            # nvImageCodec gives RGB, and gray as (H, W, 1)
+            pixels = pixels[..., ::-1] if pixels.ndim == 3 else pixels[..., None]
+            height, width, channels = pixels.shape
+            padded = np.full((height, width * channels + 61), 0x77, np.uint8)
+            view = padded[:, : width * channels].reshape(height, width, channels)
+            view[...] = pixels
+            out.append(view)
+        return out
+
+
+@pytest.fixture
+def fake_driver(monkeypatch):
+    FakeDevice.instances.clear()
+    FakeDevice.fail_alloc_at = None
+    monkeypatch.setattr(cuda_driver, "Device", FakeDevice)
+    monkeypatch.setattr(cuda_driver, "Kernels", FakeKernels)
+    yield
+    FakeDevice.fail_alloc_at = None
+
+
+def _engine(settings: PipelineSettings, decoder: FakeDecoder, jpeg_factory=None) -> DriverEngine:
+    return DriverEngine(GRAY, settings, "cuda", 2, lambda: decoder, jpeg_factory, index=0)
+
+
+def _run(engine: DriverEngine, paths, out: Path, fmt: str = "png") -> dict[str, object]:
+    out.mkdir(parents=True, exist_ok=True)
+    jobs = [Job(p, out / f"{i:02d}-{p.name}.{fmt}", p.name) for i, p in enumerate(paths)]
+    results: list = []
+    engine.run(iter(jobs), results.append)
+    return {r.job.target.name: r for r in results}
+
+
+def _cpu_bytes(paths, out: Path, fmt: str = "png", **options) -> dict[str, bytes]:
+    out.mkdir(parents=True, exist_ok=True)
+    jobs = [Job(p, out / f"{i:02d}-{p.name}.{fmt}", p.name) for i, p in enumerate(paths)]
+    run_batch(jobs, GRAY, PipelineSettings(device="cpu", jobs=2, fmt=fmt, **options))
+    return {j.target.name: j.target.read_bytes() for j in jobs}
+
+
+def _wait_for_stage(engine: DriverEngine) -> None:
+    engine.stage.future.result(timeout=20)
+
+
+@pytest.mark.parametrize("level", [1, 2, 6])
+def test_driver_engine_writes_the_cpu_paths_bytes(tmp_path: Path, fake_driver, level):
+    """Every picture (JPEGs through the 'GPU', PNGs through the CPU path) comes out with the
+    bytes of --device cpu, at each PNG level (fixed and adaptive filters)."""
+    paths = PICTURES * 2
+    decoder = FakeDecoder()
+    settings = PipelineSettings(device="cuda", jobs=2, batch_size=3, png_level=level)
+    engine = _engine(settings, decoder)
+    _wait_for_stage(engine)  # no files on the CPU path because of start-up
+    results = _run(engine, paths, tmp_path / "dev")
+    expected = _cpu_bytes(paths, tmp_path / "cpu", png_level=level)
+    assert all(r.status == "written" for r in results.values()), results
+    for name, data in expected.items():
+        assert (tmp_path / "dev" / name).read_bytes() == data, name
+    decoders = {name: r.decoder for name, r in results.items()}
+    assert {decoders[n] for n in decoders if n.endswith(".jpg.png")} == {"nvimgcodec"}
+    assert {decoders[n] for n in decoders if not n.endswith(".jpg.png")} <= {"opencv"}
+    assert decoder.batches >= 2
+    device = FakeDevice.instances[-1]
+    assert device.blocks == {}  # every device buffer freed
+    assert all(b.closed for b in device.pinned_buffers)  # pinned memory handed back
+
+
+def test_driver_engine_other_formats_come_back_as_pixels(tmp_path: Path, fake_driver):
+    """TIFF output: the pixels come back (pitched gray-JPEG inputs included) and match."""
+    paths = JPEGS * 2
+    engine = _engine(
+        PipelineSettings(device="cuda", jobs=2, batch_size=2, fmt="tif"), FakeDecoder()
+    )
+    _wait_for_stage(engine)
+    results = _run(engine, paths, tmp_path / "dev", fmt="tif")
+    assert all(r.status == "written" for r in results.values())
+    expected = _cpu_bytes(paths, tmp_path / "cpu", fmt="tif")
+    for name, _data in expected.items():
+        got = cv2.imread(str(tmp_path / "dev" / name), cv2.IMREAD_UNCHANGED)
+        want = cv2.imread(str(tmp_path / "cpu" / name), cv2.IMREAD_UNCHANGED)
+        assert np.array_equal(got, want), name
+
+
+def test_out_of_device_memory_converts_the_batch_on_the_cpu(tmp_path: Path, fake_driver):
+    FakeDevice.fail_alloc_at = 2
+    paths = JPEGS * 3
+    engine = _engine(PipelineSettings(device="cuda", jobs=2, batch_size=3), FakeDecoder())
+    _wait_for_stage(engine)
+    results = _run(engine, paths, tmp_path / "dev")
+    expected = _cpu_bytes(paths, tmp_path / "cpu")
+    assert all(r.status == "written" for r in results.values())
+    notes = [r.note for r in results.values() if r.note]
+    assert any("out of GPU memory" in n for n in notes)
+    for name, data in expected.items():
+        assert (tmp_path / "dev" / name).read_bytes() == data, name
+    assert FakeDevice.instances[-1].blocks == {}
+
+
+def test_files_take_the_cpu_path_until_the_stage_is_ready(tmp_path: Path, monkeypatch):
+    """A stage that cannot start (no GPU) is fatal only for device work: files that arrive
+    while it starts take the CPU path; once it failed, the batch stops with its error."""
+    import threading
+
+    release = threading.Event()
+
+    class SlowDevice(FakeDevice):
+        def __init__(self, index: int = 0) -> None:
+            release.wait(20)
+            super().__init__(index)
+
+    monkeypatch.setattr(cuda_driver, "Device", SlowDevice)
+    monkeypatch.setattr(cuda_driver, "Kernels", FakeKernels)
+    paths = JPEGS * 4
+    engine = _engine(PipelineSettings(device="cuda", jobs=2, batch_size=2), FakeDecoder())
+    out = tmp_path / "dev"
+    out.mkdir()
+    jobs = [Job(p, out / f"{i:02d}.png", p.name) for i, p in enumerate(paths)]
+    results: list = []
+
+    def on_result(result) -> None:
+        results.append(result)
+        if len(results) == 3:
+            release.set()
+
+    engine.run(iter(jobs), on_result)
+    assert [r.status for r in results] == ["written"] * len(paths)
+    decoders = [r.decoder for r in results]
+    assert decoders[:3] == ["opencv"] * 3 and "nvimgcodec" in decoders[3:]
+
+
+def test_a_decoder_that_cannot_start_leaves_every_file_to_the_cpu(tmp_path: Path, fake_driver):
+    from imgops.io.gpu_decode import GpuDecoderUnavailable
+
+    def no_decoder():
+        raise GpuDecoderUnavailable("nvImageCodec cannot decode on GPU 0: test")
+
+    settings = PipelineSettings(device="cuda", jobs=2, batch_size=2)
+    engine = DriverEngine(GRAY, settings, "cuda", 2, no_decoder, None, index=0)
+    _wait_for_stage(engine)
+    assert "test" in engine.stage.decoder_problem
+    results = _run(engine, JPEGS, tmp_path / "dev")
+    assert {r.decoder for r in results.values()} == {"opencv"}
+    expected = _cpu_bytes(JPEGS, tmp_path / "cpu")
+    for name, data in expected.items():
+        assert (tmp_path / "dev" / name).read_bytes() == data
+
+
+def test_device_image_reads_pitch_and_channels():
+    rgb = np.zeros((4, 10), np.uint8)[:, :9].reshape(4, 3, 3)
+    image = device_image(rgb)
+    assert (image.width, image.height, image.channels, image.pitch) == (3, 4, 3, 10)
+    gray = np.zeros((5, 7, 1), np.uint8)
+    assert device_image(gray).shape == (5, 7)
+    with pytest.raises(ValueError):
+        device_image(np.zeros((2, 2, 3), np.uint16))
+    assert DeviceImage(0, 5, 2, 3, 16).row_bytes == 15
+
+
+def test_filter_code_matches_the_cpu_encoder():
+    assert filter_code_for(2) == 4 and filter_code_for(6) == -1
+
+
+def test_device_auto_picks_the_driver_engine_only_where_it_can_run(monkeypatch):
+    from imgops.engine import device as device_choice
+
+    monkeypatch.setattr(device_choice, "driver_engine_usable", lambda op: op is GRAY)
+    monkeypatch.setattr(device_choice, "cuda_device_count", lambda: 1)
+    monkeypatch.setattr(device_choice.gpu_decode, "installed", lambda: True)
+    many = PipelineSettings(expected_files=device_choice.CUDA_MIN_FILES_DRIVER)
+    assert device_choice.choose(many, GRAY) == Plan(
+        "cuda", "gpu", f"auto: {many.expected_files} files >= "
+        f"{device_choice.CUDA_MIN_FILES_DRIVER}, the torch-free CUDA engine"
+    )  # fmt: skip
+    few = PipelineSettings(expected_files=device_choice.CUDA_MIN_FILES_DRIVER - 1)
+    assert device_choice.choose(few, GRAY).device == "cpu"
+    monkeypatch.setattr(device_choice.gpu_decode, "installed", lambda: False)
+    assert device_choice.choose(many, GRAY).device == "cpu"
+    monkeypatch.setattr(device_choice, "cuda_device_count", lambda: 0)
+    assert device_choice.choose(many, GRAY).device == "cpu"
