@@ -145,11 +145,19 @@ class BuildImgopsExtension(BuildExtension):
         device_kernels = self._build_device_kernels(ext)
         self._write_meta(ext, with_cuda, skipped or BUILD.why, device_kernels)
 
+    def run(self):
+        # setuptools builds in place by switching inplace off, building into build_lib and
+        # copying the extension modules back: remember that in-place was asked for, so the
+        # files written beside them (_package_targets) go to src/imgops/ too.
+        self._inplace_requested = bool(self.inplace)
+        super().run()
+
     def _package_targets(self, ext, name: str) -> list[Path]:
         """Where a file installed beside the package's __init__.py goes: build_lib, and for
         in-place and editable builds src/imgops/ too."""
         targets = [Path(self.get_ext_fullpath(ext.name)).parent / name]
-        if self.inplace or getattr(self, "editable_mode", False):
+        inplace = getattr(self, "_inplace_requested", False) or self.inplace
+        if inplace or getattr(self, "editable_mode", False):
             targets.append(ROOT / "src" / "imgops" / name)
         unique = []
         for target in targets:
