@@ -6,6 +6,8 @@ CPU kernels. Builds only what the machine needs (one line in the build log says 
   else                          CPU kernels only, unless FORCE_CUDA=1 (every supported arch)
 
 CUDA kernels also need a torch built with CUDA and an nvcc of the same CUDA major version.
+With them, csrc/device/ is compiled into imgops/_device_kernels.fatbin (same architectures, PTX
+of the highest), the kernels the torch-free engine loads through the CUDA driver API.
 
 Environment:
   FORCE_CUDA=1       build the CUDA kernels even without a GPU; fail instead of falling back
@@ -140,9 +142,60 @@ class BuildImgopsExtension(BuildExtension):
             ext.libraries = [lib for lib in ext.libraries if "cuda" not in lib]
             with_cuda, skipped = False, f"the CUDA build failed: {error}"
             super().build_extension(ext)
-        self._write_meta(ext, with_cuda, skipped or BUILD.why)
+        device_kernels = self._build_device_kernels(ext)
+        self._write_meta(ext, with_cuda, skipped or BUILD.why, device_kernels)
 
-    def _write_meta(self, ext, with_cuda: bool, why: str) -> None:
+    def run(self):
+        # setuptools builds in place by switching inplace off, building into build_lib and
+        # copying the extension modules back: remember that in-place was asked for, so the
+        # files written beside them (_package_targets) go to src/imgops/ too.
+        self._inplace_requested = bool(self.inplace)
+        super().run()
+
+    def _package_targets(self, ext, name: str) -> list[Path]:
+        """Where a file installed beside the package's __init__.py goes: build_lib, and for
+        in-place and editable builds src/imgops/ too."""
+        targets = [Path(self.get_ext_fullpath(ext.name)).parent / name]
+        inplace = getattr(self, "_inplace_requested", False) or self.inplace
+        if inplace or getattr(self, "editable_mode", False):
+            targets.append(ROOT / "src" / "imgops" / name)
+        unique = []
+        for target in targets:
+            if target.resolve() not in [t.resolve() for t in unique]:
+                unique.append(target)
+        return unique
+
+    def _build_device_kernels(self, ext) -> bool:
+        """Compiles csrc/device/ into imgops/_device_kernels.fatbin for the torch-free engine
+        (whenever this build compiles CUDA kernels); True when it is installed. A failure is
+        fatal under FORCE_CUDA, else a warning. A build without it removes a stale one."""
+        targets = self._package_targets(ext, support.DEVICE_KERNELS_NAME)
+        built = False
+        if BUILD.cuda:
+            compiled = Path(self.build_temp) / support.DEVICE_KERNELS_NAME
+            try:
+                support.build_device_kernels(
+                    PLAN.cuda_home, ROOT / CSRC, compiled, BUILD.archs, DEBUG
+                )
+            except (RuntimeError, ValueError) as error:
+                if FORCE_CUDA:
+                    raise
+                print(
+                    f"imgops: WARNING: the device kernels ({support.DEVICE_KERNELS_NAME}) "
+                    f"failed to build; the torch-free CUDA engine is unavailable: {error}",
+                    file=sys.stderr,
+                )
+            else:
+                for target in targets:
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                    shutil.copyfile(compiled, target)
+                built = True
+        if not built:
+            for target in targets:
+                target.unlink(missing_ok=True)
+        return built
+
+    def _write_meta(self, ext, with_cuda: bool, why: str, device_kernels: bool) -> None:
         meta = {
             "torch": torch.__version__,
             "torch_cuda": torch.version.cuda,
@@ -152,13 +205,11 @@ class BuildImgopsExtension(BuildExtension):
             "nvcc": PLAN.nvcc_version,
             "cuda_home": PLAN.cuda_home,
             "archs": BUILD.archs if with_cuda else "",
+            "device_kernels": device_kernels,
             "mode": "ahead-of-time",
             "debug": DEBUG,
         }
-        targets = [Path(self.get_ext_fullpath(ext.name)).parent / support.BUILD_META_NAME]
-        if self.inplace or getattr(self, "editable_mode", False):
-            targets.append(ROOT / "src" / "imgops" / support.BUILD_META_NAME)
-        for target in targets:
+        for target in self._package_targets(ext, support.BUILD_META_NAME):
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_text(json.dumps(meta, indent=2) + "\n")
 

@@ -17,6 +17,10 @@ from pathlib import Path
 # TORCH_CUDA_ARCH_LIST: every architecture torch 2.10+ CUDA 13 wheels support, plus PTX.
 DEFAULT_CUDA_ARCHS = "7.5;8.0;8.6;8.9;9.0;10.0;12.0+PTX"
 BUILD_META_NAME = "_build_meta.json"
+# The torch-free engine kernels (csrc/device/), compiled to a fatbin the CUDA driver API loads
+# (imgops.engine.cuda_driver), installed in the package beside __init__.py.
+DEVICE_KERNELS_NAME = "_device_kernels.fatbin"
+DEVICE_KERNELS_SOURCE = "device/engine_kernels.cu"  # relative to csrc/
 
 
 @dataclass(frozen=True)
@@ -200,3 +204,72 @@ def compile_flags(with_cuda: bool, debug: bool = False) -> dict[str, list[str]]:
     if debug:
         nvcc.append("-lineinfo")
     return {"cxx": cxx, "nvcc": nvcc}
+
+
+_ARCH = re.compile(r"^(\d+)\.(\d+)([af]?)(\+PTX)?$")
+
+
+def fatbin_gencode_flags(archs: str) -> list[str]:
+    """nvcc -gencode flags for a TORCH_CUDA_ARCH_LIST ("8.0;9.0+PTX", "9.0 10.0a"): SASS for each
+    architecture, plus PTX of the highest (without its a/f suffix) so newer GPUs can JIT it.
+
+    ValueError for an entry that is not MAJOR.MINOR[a|f][+PTX] (e.g. a name like "Hopper").
+    """
+    entries = [a for a in re.split(r"[;\s,]+", archs.strip()) if a]
+    if not entries:
+        raise ValueError("no CUDA architecture to build the device kernels for")
+    flags: list[str] = []
+    numbers: list[tuple[int, int]] = []
+    for entry in entries:
+        match = _ARCH.match(entry)
+        if match is None:
+            raise ValueError(f"cannot read CUDA architecture {entry!r} (want e.g. 9.0 or 9.0+PTX)")
+        major, minor, suffix = int(match.group(1)), int(match.group(2)), match.group(3)
+        cc = f"{major}{minor}{suffix}"
+        flag = f"-gencode=arch=compute_{cc},code=sm_{cc}"
+        if flag not in flags:
+            flags.append(flag)
+        numbers.append((major, minor))
+    major, minor = max(numbers)
+    flags.append(f"-gencode=arch=compute_{major}{minor},code=compute_{major}{minor}")
+    return flags
+
+
+def device_kernels_command(
+    cuda_home: str, csrc: Path, output: Path, archs: str, debug: bool = False
+) -> list[str]:
+    """The nvcc command line that compiles csrc/device/engine_kernels.cu into `output`."""
+    return [
+        str(Path(cuda_home, "bin", "nvcc")),
+        "-fatbin",
+        "-O3",
+        "-std=c++17",
+        *(["-lineinfo"] if debug else []),
+        *fatbin_gencode_flags(archs),
+        f"-I{csrc}",
+        str(csrc / DEVICE_KERNELS_SOURCE),
+        "-o",
+        str(output),
+    ]
+
+
+def build_device_kernels(
+    cuda_home: str, csrc: Path, output: Path, archs: str, debug: bool = False
+) -> None:
+    """Compiles the device kernels into `output` (written whole or not at all).
+
+    RuntimeError with nvcc's output when it fails.
+    """
+    output.parent.mkdir(parents=True, exist_ok=True)
+    partial = output.with_name(output.name + ".partial")
+    command = device_kernels_command(cuda_home, csrc, partial, archs, debug)
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=1800)
+    except (OSError, subprocess.SubprocessError) as error:
+        raise RuntimeError(f"{' '.join(command)}: {error}") from error
+    if done.returncode != 0 or not partial.exists():
+        partial.unlink(missing_ok=True)
+        raise RuntimeError(
+            f"{' '.join(command)} failed ({done.returncode}):\n{done.stdout}{done.stderr}"
+        )
+    os.replace(partial, output)

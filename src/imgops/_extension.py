@@ -231,6 +231,7 @@ def build_info() -> dict[str, Any]:
         "built_against_torch": compiled["torch"],
         "mode": info.get("mode"),
         "archs": info.get("archs", ""),
+        "device_kernels": device_kernels_built(),
         "cuda_skipped_reason": ""
         if compiled["cuda_kernels"]
         else info.get("cuda_skipped_reason", ""),
@@ -238,3 +239,12 @@ def build_info() -> dict[str, Any]:
         "build_plan": info.get("build_plan", ""),
         "extension_path": info.get("path"),
     }
+
+
+def device_kernels_built() -> bool:
+    """Whether the prebuilt package has the torch-free engine's kernels: its build metadata says
+    so and imgops/_device_kernels.fatbin is there."""
+    meta = _read_prebuilt_meta()
+    return (
+        bool(meta.get("device_kernels")) and (_PACKAGE_DIR / support.DEVICE_KERNELS_NAME).is_file()
+    )
