@@ -54,7 +54,9 @@ if wants walls; then
     for rep in 1 2; do
       gray "800 cpu" "$BATCH" cpu
       gray "800 cuda-driver" "$BATCH" cuda --stats-json "$OUT/driver-stats-$rep.json"
-      IMGOPS_CUDA_ENGINE=torch gray "800 cuda-torch" "$BATCH" cuda
+      export IMGOPS_CUDA_ENGINE=torch
+      gray "800 cuda-torch" "$BATCH" cuda
+      unset IMGOPS_CUDA_ENGINE
       gray "800 cuda-driver --no-fsync" "$BATCH" cuda --no-fsync
       gray "800 cpu --no-fsync" "$BATCH" cpu --no-fsync
     done
