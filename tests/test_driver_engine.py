@@ -37,8 +37,14 @@ def _host(ptr: int, nbytes: int) -> np.ndarray:
 class FakeStream:
     handle = 12345
 
+    def __init__(self) -> None:
+        self.closed = False
+
     def synchronize(self) -> None:
         pass
+
+    def close(self) -> None:
+        self.closed = True
 
 
 class FakeEvent:
@@ -72,7 +78,11 @@ class FakeDevice:
         self.blocks: dict[int, np.ndarray] = {}
         self.allocs = 0
         self.pinned_buffers: list[FakePinned] = []
+        self.closed = False
         FakeDevice.instances.append(self)
+
+    def close(self) -> None:
+        self.closed = True
 
     def make_current(self) -> None:
         pass
@@ -245,6 +255,27 @@ def test_driver_engine_writes_the_cpu_paths_bytes(tmp_path: Path, fake_driver, l
     device = FakeDevice.instances[-1]
     assert device.blocks == {}  # every device buffer freed
     assert all(b.closed for b in device.pinned_buffers)  # pinned memory handed back
+    assert device.closed and engine.stage.stream.closed and engine.stage.decoder is None
+
+
+def test_without_host_while_starting_every_jpeg_waits_for_the_gpu(tmp_path: Path, monkeypatch):
+    """host_while_starting=False: files wait for the stage instead of taking the CPU path."""
+    import threading
+
+    release = threading.Event()
+
+    class SlowDevice(FakeDevice):
+        def __init__(self, index: int = 0) -> None:
+            release.wait(20)
+            super().__init__(index)
+
+    monkeypatch.setattr(cuda_driver, "Device", SlowDevice)
+    monkeypatch.setattr(cuda_driver, "Kernels", FakeKernels)
+    settings = PipelineSettings(device="cuda", jobs=2, batch_size=2, host_while_starting=False)
+    engine = _engine(settings, FakeDecoder())
+    threading.Timer(0.5, release.set).start()
+    results = _run(engine, JPEGS * 2, tmp_path / "dev")
+    assert {r.decoder for r in results.values()} == {"nvimgcodec"}
 
 
 def test_driver_engine_other_formats_come_back_as_pixels(tmp_path: Path, fake_driver):

@@ -25,7 +25,7 @@ finally:
     print("peak RSS", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024, "MiB", file=sys.stderr)'
 
 if wants tests; then
-  timeout 420 $PY -m pytest -q -rs -p no:cacheprovider -x tests/test_cuda_driver.py \
+  timeout 400 $PY -m pytest -q -rs -p no:cacheprovider tests/test_cuda_driver.py \
     tests/test_driver_engine.py tests/test_pipeline_engine.py tests/test_ops_png_filter.py \
     tests/test_gpu_jpeg_encode.py tests/test_cli_gray.py >"$OUT/driver-tests.txt" 2>&1
   echo "tests rc=$? $(tail -n 1 "$OUT/driver-tests.txt")"
@@ -33,7 +33,8 @@ if wants tests; then
 fi
 if wants sanitize; then
   for tool in memcheck racecheck; do
-    timeout 300 compute-sanitizer --tool "$tool" --print-limit 20 --error-exitcode 9 \
+    # (API errors off: two tests provoke out-of-memory and a bad module on purpose)
+    timeout 300 compute-sanitizer --tool "$tool" --report-api-errors no --print-limit 20 --error-exitcode 9 \
       $PY -m pytest -q -p no:cacheprovider -m "cuda and not slow" tests/test_cuda_driver.py \
       >"$OUT/driver-$tool.txt" 2>&1
     echo "$tool rc=$? $(grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$OUT/driver-$tool.txt" | tail -n 1)"

@@ -118,6 +118,18 @@ class DriverStage:
         else:
             self.future.set_result(self)
 
+    def close(self, timeout: float = 60.0) -> None:
+        """Waits for the start (at most `timeout`), drains the stream, then releases the
+        decoder, the stream and the context, so no native thread outlives the batch."""
+        try:
+            self.future.result(timeout)
+        except BaseException:  # it never started (that error was reported), or still is
+            return
+        self.stream.synchronize()
+        self.decoder = None
+        self.stream.close()
+        self.device.close()
+
     def get(self) -> DriverStage:
         """This stage once started; FatalError if it cannot start."""
         try:
@@ -160,8 +172,9 @@ class DriverEngine(DeviceEngine):
     # ---------------------------------------------------------------- prep threads
     def _read_and_decode(self, item: _Item) -> None:
         stage = self.stage
-        if self.decoder is None and stage.future.done() and stage.decoder is not None:
-            self.decoder = stage.decoder  # (set once; the same object every time)
+        if self.decoder is None and (stage.future.done() or not self.host_while_starting):
+            stage.get()  # waits where files must not take the CPU path; FatalError if it failed
+            self.decoder = stage.decoder  # (the same object every time; None: CPU decodes)
         super()._read_and_decode(item)
 
     def _decode_on_host(self, item: _Item, start: float) -> None:
@@ -334,8 +347,10 @@ class DriverEngine(DeviceEngine):
         try:
             super().run(jobs, on_result)
         finally:
+            self.decoder = None
             if self.pool is not None:
                 self.pool.close()
+            self.stage.close()
 
 
 def _host_view(buffer: Any, nbytes: int, out: DeviceImage, pitch: int, rows: bool) -> np.ndarray:
