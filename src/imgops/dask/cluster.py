@@ -255,10 +255,13 @@ def _start_cuda(options: dict):
         raise SchedulerError(
             "--scheduler local-cuda needs dask-cuda (pip install dask-cuda; CUDA hosts only)"
         ) from error
-    import torch
+    from ..engine.device import cuda_device_count  # the driver, asked without torch
 
-    if not torch.cuda.is_available():
+    if cuda_device_count() == 0:
         raise SchedulerError("--scheduler local-cuda: no CUDA GPU is visible")
+    # LocalCUDACluster passes processes=True itself (twice is a TypeError); its workers inherit
+    # this process's environment (it sets their "env" to CUDA_VISIBLE_DEVICES alone).
+    options = {key: value for key, value in options.items() if key != "processes"}
     try:
         # CUDA_VISIBLE_DEVICES=None: every visible GPU, one worker each, each pinned to its GPU.
         return dask_cuda.LocalCUDACluster(CUDA_VISIBLE_DEVICES=None, **options)
