@@ -12,6 +12,10 @@ numpy and the modules the command names (`preload`: the batch engine for gray, t
 for normvol) once, instead of each worker spawning a fresh interpreter and importing them
 itself: on the 2-core machine a local:2 cluster starts in ~1.7 s instead of ~3.0-3.6 s and
 closes in ~0.05 s instead of ~2 s. (Not for local-cuda: dask-cuda keeps its own start-up.)
+`start_forkserver` starts that server before this process imports distributed (the commands
+call it before planning), so the two import side by side. A CPU gray batch imports no torch
+in any of these processes (tests/test_dask_torch_free.py); LOCAL_WORKER_CONFIG says what else
+local workers run without.
 
 Every process started here gets NCCL_NVLS_ENABLE=0, TORCH_SYMM_MEM_DISABLE_MULTICAST=1 and
 NVSHMEM_DISABLE_NVLS=1 (NVLink multicast stays off), inherited from this process and passed to
