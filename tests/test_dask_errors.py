@@ -171,3 +171,31 @@ def test_broken_dask_install_says_why_not_missing(tmp_path):
     assert "distributed is installed but does not import" in proc.stdout
     assert "imgops_no_such_dependency_xyz" in proc.stdout
     assert "not installed" not in proc.stdout
+
+
+def test_local_cuda_cluster_gets_options_it_accepts(monkeypatch):
+    """dask_cuda.LocalCUDACluster passes processes=True to LocalCluster itself: giving it again
+    is a TypeError (local-cuda had never started). A stand-in with the same rule; no torch."""
+    pytest.importorskip("distributed")
+    import types
+
+    from imgops.dask import cluster
+
+    seen = {}
+
+    def local_cuda_cluster(*, CUDA_VISIBLE_DEVICES=None, **kwargs):
+        if "processes" in kwargs:
+            raise TypeError("got multiple values for keyword argument 'processes'")
+        seen.update(kwargs, CUDA_VISIBLE_DEVICES=CUDA_VISIBLE_DEVICES)
+        return "cluster"
+
+    monkeypatch.setitem(
+        sys.modules, "dask_cuda", types.SimpleNamespace(LocalCUDACluster=local_cuda_cluster)
+    )
+    monkeypatch.setattr("imgops.engine.device.cuda_device_count", lambda: 1)
+    spec = cluster.SchedulerSpec("local-cuda")
+    assert cluster._start_local(None, spec, 1, "auto", True) == "cluster"
+    assert seen["threads_per_worker"] == 1 and seen["dashboard_address"] is None
+    monkeypatch.setattr("imgops.engine.device.cuda_device_count", lambda: 0)
+    with pytest.raises(cluster.SchedulerError, match="no CUDA GPU is visible"):
+        cluster._start_local(None, spec, 1, "auto", True)

@@ -175,6 +175,10 @@ def gray(
 
     if not inputs and files_from is None:
         raise click.UsageError("no input: give INPUT... or --files-from LIST")
+    if scheduler is not None:  # local workers' imports start now, beside the planning
+        from ..dask.run import BATCH_PRELOAD, start_local_workers
+
+        start_local_workers(scheduler, BATCH_PRELOAD)
     from ..io.images import default_max_pixels
 
     try:  # a bad $IMGOPS_MAX_IMAGE_PIXELS is one usage error, not one error per file

@@ -329,8 +329,14 @@ def _run_on_cluster(plan, report, options: dict, scheduler: str, stats_path, sta
     without starting one, then one connection serves every volume."""
     from ..dask import require_dask
     from ..dask.cluster import connect
-    from ..dask.run import VOLUME_PRELOAD, check_volume_task, normalize_on_cluster
+    from ..dask.run import (
+        VOLUME_PRELOAD,
+        check_volume_task,
+        normalize_on_cluster,
+        start_local_workers,
+    )
 
+    start_local_workers(scheduler, VOLUME_PRELOAD)  # its imports (torch) beside ours below
     require_dask("dask.array", "distributed", "zarr")
     problems: dict[Path, FileError] = {}
     for task in plan.tasks:

@@ -12,6 +12,10 @@ numpy and the modules the command names (`preload`: the batch engine for gray, t
 for normvol) once, instead of each worker spawning a fresh interpreter and importing them
 itself: on the 2-core machine a local:2 cluster starts in ~1.7 s instead of ~3.0-3.6 s and
 closes in ~0.05 s instead of ~2 s. (Not for local-cuda: dask-cuda keeps its own start-up.)
+`start_forkserver` starts that server before this process imports distributed (the commands
+call it before planning), so the two import side by side. A CPU gray batch imports no torch
+in any of these processes (tests/test_dask_torch_free.py); LOCAL_WORKER_CONFIG says what else
+local workers run without.
 
 Every process started here gets NCCL_NVLS_ENABLE=0, TORCH_SYMM_MEM_DISABLE_MULTICAST=1 and
 NVSHMEM_DISABLE_NVLS=1 (NVLink multicast stays off), inherited from this process and passed to
@@ -31,7 +35,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ..errors import ImgopsError
-from ._extra import require_dask
+from ._extra import _installed, require_dask
 
 if TYPE_CHECKING:
     import distributed
@@ -128,9 +132,11 @@ def connect(
         >>> with connect("local:2") as client:
         ...     arrays.normalize(volume, max=4095).to_zarr("out.zarr")
     """
-    (distributed,) = require_dask("distributed")
     parsed = parse_spec(spec) if isinstance(spec, str) else spec
     keep_multicast_off()
+    if parsed.kind == "local":  # first: it imports distributed while this process does too
+        start_forkserver(preload)
+    (distributed,) = require_dask("distributed")
     if quiet:
         _quiet_distributed()
     if parsed.kind == "address":
@@ -152,7 +158,45 @@ BASE_PRELOAD = ("distributed", "numpy", "imgops.dask.batch", "imgops.dask._block
 #: glibc's dynamic mmap threshold, so every multi-MB image buffer is mmapped, page-faulted and
 #: unmapped again: measured +4 CPU s of system time per 800 3-MP photos on local:2 (11.0 s vs
 #: 6.9 s). imgops workers hold a few images at a time, so local ones run without it.
-LOCAL_WORKER_CONFIG = {"distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_": None}
+#:
+#: The other two switch off what only distributed's dashboard (which local clusters do not serve)
+#: reads: the statistical profiler, a thread in every worker walking every task thread's stack
+#: each 10 ms, and the NVML GPU metrics, which make the scheduler and every worker initialise
+#: NVML at start and poll it every 500 ms wherever nvidia-ml-py is installed (GPU hosts).
+#: Not for local-cuda: dask-cuda reads NVML itself (GPU count, CPU affinity).
+LOCAL_WORKER_CONFIG = {
+    "distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_": None,
+    "distributed.worker.profile.enabled": False,
+    "distributed.diagnostics.nvml": False,
+}
+#: What local-cuda workers run with (dask-cuda's own start-up; NVML stays on for it).
+LOCAL_CUDA_WORKER_CONFIG = {
+    "distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_": None,
+    "distributed.worker.profile.enabled": False,
+}
+
+
+def _uses_forkserver() -> bool:
+    return "forkserver" in multiprocessing.get_all_start_methods()
+
+
+def start_forkserver(preload: Sequence[str] = ()) -> bool:
+    """Starts the forkserver local workers fork from, with BASE_PRELOAD + `preload` imported;
+    returns whether one runs. Returns at once: the server imports the modules in its own
+    process, so calling this before anything heavy (`import distributed` in this process, the
+    planner) overlaps the two. A forkserver already running is kept as it is (one per process:
+    its modules are those of the first call)."""
+    if not _uses_forkserver() or not _installed("distributed"):
+        return False
+    from multiprocessing import forkserver
+
+    keep_multicast_off()  # the server and every worker it forks inherit them
+    modules = list(dict.fromkeys([*BASE_PRELOAD, *preload]))
+    context = multiprocessing.get_context("forkserver")
+    if getattr(forkserver._forkserver, "_forkserver_pid", None) is None:
+        context.set_forkserver_preload(modules)
+    forkserver.ensure_running()
+    return True
 
 
 @contextlib.contextmanager
@@ -161,12 +205,13 @@ def _worker_start_method(spec: SchedulerSpec, preload: Sequence[str]) -> Iterato
     from a forkserver holding `preload` imported (see the module)."""
     import dask
 
-    config: dict = dict(LOCAL_WORKER_CONFIG)
-    if spec.kind == "local" and "forkserver" in multiprocessing.get_all_start_methods():
+    if spec.kind != "local":
+        config: dict = dict(LOCAL_CUDA_WORKER_CONFIG)
+    else:
+        config = dict(LOCAL_WORKER_CONFIG)
+    if spec.kind == "local" and start_forkserver(preload):
         import distributed.utils
 
-        modules = list(dict.fromkeys([*BASE_PRELOAD, *preload]))
-        multiprocessing.get_context("forkserver").set_forkserver_preload(modules)
         # distributed sets its own preload list (importing pandas, lz4 here to do so) the
         # first time it makes a forkserver context unless this flag says it was done.
         distributed.utils._forkserver_preload_set = True
@@ -214,10 +259,13 @@ def _start_cuda(options: dict):
         raise SchedulerError(
             "--scheduler local-cuda needs dask-cuda (pip install dask-cuda; CUDA hosts only)"
         ) from error
-    import torch
+    from ..engine.device import cuda_device_count  # the driver, asked without torch
 
-    if not torch.cuda.is_available():
+    if cuda_device_count() == 0:
         raise SchedulerError("--scheduler local-cuda: no CUDA GPU is visible")
+    # LocalCUDACluster passes processes=True itself (twice is a TypeError); its workers inherit
+    # this process's environment (it sets their "env" to CUDA_VISIBLE_DEVICES alone).
+    options = {key: value for key, value in options.items() if key != "processes"}
     try:
         # CUDA_VISIBLE_DEVICES=None: every visible GPU, one worker each, each pinned to its GPU.
         return dask_cuda.LocalCUDACluster(CUDA_VISIBLE_DEVICES=None, **options)

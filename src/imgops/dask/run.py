@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -37,6 +37,7 @@ __all__ = [
     "normalize_with_scheduler",
     "run_batch_with_scheduler",
     "run_gray_with_scheduler",
+    "start_local_workers",
     "volume_layout",
 ]
 
@@ -44,6 +45,21 @@ __all__ = [
 #: What local workers import before their first task (imgops.dask.cluster.connect's preload).
 BATCH_PRELOAD = ("cv2", "imgops.engine", "imgops.pipeline")
 VOLUME_PRELOAD = ("torch", "zarr", "imgops.ops", "imgops.volume")
+
+
+def start_local_workers(spec: str, preload: Sequence[str]) -> None:
+    """For "local" / "local:N": starts now the forkserver the cluster's workers will fork from
+    (imgops.dask.cluster.start_forkserver), so its imports (distributed, numpy, `preload`) run
+    while this process plans the batch and imports distributed itself. Nothing for other specs,
+    nor without imgops[dask] (require_dask says so later). Imports no dask here."""
+    from .cluster import parse_spec, start_forkserver
+
+    try:
+        local = parse_spec(spec).kind == "local"
+    except ValueError:
+        return
+    if local:
+        start_forkserver(preload)
 
 
 def run_batch_with_scheduler(
