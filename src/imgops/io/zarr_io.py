@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import FileError
+from ..volume.stream import release_free_heap
 from .ome import ngff_attributes
 from .volumes import KNOWN_AXES, VolumeInfo
 
@@ -394,6 +395,7 @@ class OmeZarrWriter:
             self._fill_blocks(pages, blocks.submit)
         self._buffers = self._chunks = None
         group.attrs.update(self._attributes())
+        release_free_heap()
 
     def _fill_blocks(self, pages: Iterable[np.ndarray], submit) -> None:
         """Copies the pages into blocks of cz planes; `submit(key, block)` each one complete."""
@@ -443,6 +445,10 @@ class OmeZarrWriter:
             self._chunks.store(writes)
         finally:
             self._buffers.give_back(block)
+        # the pyramid levels and zstd's output buffers were allocated and freed by several
+        # threads: without this their arenas keep them resident (measured: data RSS 150 ->
+        # 105 MiB on a 1 GB stack, no slower)
+        release_free_heap()
 
     def _chunk_writes(self, array, where: tuple, block: np.ndarray) -> list:
         """(array, region, data) for every chunk a block covers. `data` has the region's full
