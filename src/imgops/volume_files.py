@@ -429,15 +429,21 @@ def normalize_file(
     return result
 
 
+#: The engine's share of host memory when writing OME-Zarr: the writer gathers its blocks of cz
+#: planes from pages whatever the engine's chunk, so larger chunks would only hold more memory.
+ZARR_ENGINE_MB = 16
+
+
 def _engine_mb(chunk_mb: float, target: Path, info, dtype: str) -> float:
     """The engine's share of --chunk-mb: all of it for TIFF; for Zarr, less what the OME-Zarr
-    writer holds (its open blocks and those being compressed), at least half."""
+    writer holds (its open blocks and those being compressed), at least half, and at most
+    `ZARR_ENGINE_MB` (one plane per chunk still fits: plan_chunks keeps at least one)."""
     if _target_kind(target) != "zarr":
         return chunk_mb
     from .io.zarr_io import OmeZarrWriter
 
     writer_mb = OmeZarrWriter(target, info, dtype, levels=1).buffer_bytes / 2**20
-    return max(chunk_mb / 2, chunk_mb - writer_mb)
+    return min(max(chunk_mb / 2, chunk_mb - writer_mb), ZARR_ENGINE_MB)
 
 
 def _check_compression(target: Path, kind: str, compression: str) -> None:

@@ -40,6 +40,7 @@ __all__ = [
     "reduce_volume",
     "out_of_memory_reason",
     "release_cached_memory",
+    "release_free_heap",
     "retry_note",
     "run_with_smaller_chunks",
     "torch_dtype",
@@ -435,12 +436,34 @@ def _map(reader, fn, write_pages, plan, device, on_progress) -> StreamStats:
     return stats
 
 
+_LIBC_TRIM: list = []
+
+
+def release_free_heap() -> None:
+    """Hands the C heap's free pages back to the system (glibc's `malloc_trim`; a no-op
+    elsewhere). Buffers that threads allocated and freed otherwise stay resident in their
+    malloc arenas (and a process's exit then adds its own peak on top of them)."""
+    if not _LIBC_TRIM:
+        import ctypes
+        import ctypes.util
+
+        try:
+            libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+            _LIBC_TRIM.append(libc.malloc_trim)
+        except (OSError, AttributeError):
+            _LIBC_TRIM.append(None)
+    if _LIBC_TRIM[0] is not None:
+        _LIBC_TRIM[0](0)
+
+
 def release_cached_memory(device) -> None:
-    """Hands the allocator's cached blocks back to the driver (CUDA only; no-op elsewhere).
+    """Hands the allocator's cached blocks back to the driver (CUDA), and the C heap's free
+    pages back to the system (every device: `release_free_heap`).
 
     Called once per pass and once per file, never per chunk: the blocks of freed tensors go
     back, so `torch.cuda.memory_reserved()` drops to what live tensors need.
     """
+    release_free_heap()
     kind = device.type if hasattr(device, "type") else str(device).split(":")[0]
     if kind == "cuda":
         import torch
