@@ -198,8 +198,6 @@ class DeviceEngine:
         preps = max(2, self.workers // 2) if gpu_decode else self.workers
         prep = ThreadPoolExecutor(preps, thread_name_prefix="imgops-prep")
         self.encoders = ThreadPoolExecutor(self.workers, thread_name_prefix="imgops-encode")
-        # Writes (durable ones wait for the disk) in threads of their own.
-        self.writers = ThreadPoolExecutor(self.workers, thread_name_prefix="imgops-write")
         device_thread = threading.Thread(target=self._device_loop, name="imgops-device")
         device_thread.start()
         in_flight, exhausted = 0, False
@@ -239,7 +237,6 @@ class DeviceEngine:
         prep.shutdown(wait=True, cancel_futures=True)
         device_thread.join()
         self.encoders.shutdown(wait=True, cancel_futures=True)
-        self.writers.shutdown(wait=True)  # every encoded file is written, none cut off
 
     # ---------------------------------------------------------------- prep threads
     def _prep(self, job: Job) -> None:
@@ -638,46 +635,21 @@ class DeviceEngine:
         return host.numpy()
 
     def _finish(self, item: _Item, event: Any, buffer: Any, host: Any, jpeg: bytes | None) -> None:
-        """Encodes one output (after its batch's event); the write goes to the writer threads,
-        so a durable write's flush never holds a core that could deflate."""
         outcome: JobResult | FatalError
-        encoded: list[bytes] = []
         try:
             if event is not None:
                 with self.phases.timed("encode.wait_device"):
                     event.synchronize()
-            outcome = guard(item.result, lambda r: encoded.append(self._encode(item, host, jpeg)))
+            outcome = guard(item.result, lambda r: self._encode_and_write(item, host, jpeg))
         except BaseException as error:  # a CUDA error surfaced by the event: fatal
             outcome = FatalError(error)
         finally:
             item.output = None
             if buffer is not None:
                 self.pool.release(buffer)
-        if encoded and not isinstance(outcome, FatalError) and outcome.status != "failed":
-            try:
-                self.writers.submit(self._write, item, encoded[0])
-                return
-            except RuntimeError:  # the writers were shut down (the batch stopped): write here
-                self._write(item, encoded[0])
-                return
         self.results.put(outcome)
 
-    def _write(self, item: _Item, encoded: bytes) -> None:
-        """Writes one encoded output atomically and posts its result (writer threads)."""
-        result = item.result
-        start = time.perf_counter()
-
-        def write(r: JobResult) -> None:
-            self.writer.write(r.job.target, encoded)
-            r.bytes_written = len(encoded)
-
-        outcome = guard(result, write)
-        result.seconds["write"] = time.perf_counter() - start
-        self.phases.add("encode.write", result.seconds["write"])
-        self.results.put(outcome)
-
-    def _encode(self, item: _Item, host: Any, jpeg: bytes | None) -> bytes:
-        """The output file's bytes: the GPU's JPEG, deflated filtered rows, or a host encode."""
+    def _encode_and_write(self, item: _Item, host: Any, jpeg: bytes | None) -> None:
         result, settings = item.result, self.settings
         start = time.perf_counter()
         if jpeg is not None:
@@ -694,6 +666,10 @@ class DeviceEngine:
             )
         else:
             encoded = encode_host(self._host_array(host), item.order, settings)
-        result.seconds["encode"] = time.perf_counter() - start
+        now = time.perf_counter()
+        result.seconds["encode"], start = now - start, now
+        self.writer.write(result.job.target, encoded)
+        result.bytes_written = len(encoded)
+        result.seconds["write"] = time.perf_counter() - start
         self.phases.add("encode.encode", result.seconds["encode"])
-        return encoded
+        self.phases.add("encode.write", result.seconds["write"])
