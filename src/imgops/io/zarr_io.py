@@ -51,7 +51,7 @@ _CHUNK_BYTES = 4 << 20  # uncompressed bytes per chunk, about
 _BLOCK_BUFFER_BYTES = 256 << 20  # planes held while blocks of cz planes fill up, at most
 _TILE = 512
 _BLOCKS_AT_ONCE = 2  # blocks (each with its pyramid levels) being compressed and written at once
-_CHUNK_WRITERS = 4  # chunks being compressed and stored at once (at most; fewer on fewer cores)
+_CHUNK_WRITERS = 12  # chunks compressed and stored at once (at most; fewer on fewer cores)
 
 
 def is_zarr_path(path: Path) -> bool:
