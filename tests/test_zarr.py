@@ -297,7 +297,7 @@ def sample():
         time.sleep(0.002)
 thread = threading.Thread(target=sample, daemon=True)
 thread.start()
-normalize_file(src, out, max=4095)
+normalize_file(src, out, max=4095, chunk_mb=16)  # the CUDA share (the CPU takes more)
 done.set()
 thread.join()
 print(peak[0] - base)
@@ -309,7 +309,8 @@ def test_an_ome_zarr_write_holds_little_memory_beyond_the_start(tmp_path: Path):
     """The data part of the peak RSS (the process's RSS before the write subtracted) of a
     96 x 1024 x 1024 uint16 stack (192 MiB in, 384 MiB float32 out) written as OME-Zarr with
     its pyramid: about 90 MiB measured (the writer's blocks, the engine's planes, the chunks
-    compressing); 265-275 MiB before the writer stored chunk by chunk (2-core machine)."""
+    compressing), with the engine share of a CUDA run (chunk_mb=16; the CPU device takes more);
+    265-275 MiB before the writer stored chunk by chunk with the default share (2-core machine)."""
     import subprocess
     import sys
 
@@ -323,4 +324,4 @@ def test_an_ome_zarr_write_holds_little_memory_beyond_the_start(tmp_path: Path):
     )
     assert probe.returncode == 0, probe.stderr[-2000:]
     grown = int(probe.stdout.split()[-1])
-    assert grown < 180 * 2**20, f"{grown / 2**20:.0f} MiB"
+    assert grown < 150 * 2**20, f"{grown / 2**20:.0f} MiB"
