@@ -16,7 +16,7 @@ import click
 import pytest
 
 from imgops.cli import cli
-from imgops.cli_common import DEVICE_HELP, GRAY_CUDA_MIN_FILES
+from imgops.cli_common import DEVICE_HELP, GRAY_CUDA_MIN_FILES, GRAY_CUDA_MIN_FILES_TORCH
 from imgops.planner import NAME_FIELDS
 from imgops.report import Report
 
@@ -80,11 +80,13 @@ def test_the_ctrl_c_line_in_readme_is_the_reports():
 
 
 def test_device_auto_is_described_with_the_engines_threshold():
-    from imgops.engine.device import CUDA_MIN_FILES
+    from imgops.engine.device import CUDA_MIN_FILES, CUDA_MIN_FILES_DRIVER
 
-    assert GRAY_CUDA_MIN_FILES == CUDA_MIN_FILES
-    assert f"at least {CUDA_MIN_FILES} files" in README and "CUDA_MIN_FILES" in README
-    assert f"at least {CUDA_MIN_FILES} files" in DEVICE_HELP
+    assert GRAY_CUDA_MIN_FILES == CUDA_MIN_FILES_DRIVER
+    assert GRAY_CUDA_MIN_FILES_TORCH == CUDA_MIN_FILES
+    assert f"at least {CUDA_MIN_FILES_DRIVER} files" in README and "CUDA_MIN_FILES" in README
+    assert f"at least {CUDA_MIN_FILES_DRIVER} files" in DEVICE_HELP
+    assert f"{CUDA_MIN_FILES} on the torch engine" in DEVICE_HELP
 
 
 @pytest.mark.parametrize("doc", sorted(DOCS))

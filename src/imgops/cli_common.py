@@ -93,14 +93,18 @@ def _set_verbose(ctx: click.Context, param: click.Parameter, value: bool) -> boo
     return VERBOSITY.verbose
 
 
-#: Files from which `imgops gray --device auto` picks CUDA: imgops.engine.device.CUDA_MIN_FILES
-#: (repeated here so that --help does not import the engine; tests/test_cli_help.py checks it).
-GRAY_CUDA_MIN_FILES = 3000
+#: Files from which `imgops gray --device auto` picks CUDA: imgops.engine.device's
+#: CUDA_MIN_FILES_DRIVER (the torch-free CUDA engine) and CUDA_MIN_FILES (the torch engine, where
+#: imgops was built without its fatbin kernels), repeated here so that --help does not import
+#: the engine (tests/test_cli_help.py checks them).
+GRAY_CUDA_MIN_FILES = 1800
+GRAY_CUDA_MIN_FILES_TORCH = 3000
 
 #: What --device auto means, for every command.
 DEVICE_HELP = (
     "auto: the GPU when it pays (a CUDA GPU visible and imgops' CUDA kernels built; gray also "
-    f"needs nvImageCodec and at least {GRAY_CUDA_MIN_FILES} files), else the CPU; or cpu, "
+    f"needs nvImageCodec and at least {GRAY_CUDA_MIN_FILES} files, {GRAY_CUDA_MIN_FILES_TORCH} "
+    "on the torch engine), else the CPU; or cpu, "
     "cuda, cuda:N. Every device gives the same bits."
 )
 

@@ -22,9 +22,10 @@ from .types import PipelineSettings
 #: (docs/GPU.md; scripts/gpu-check.d/profile.sh refits it). Below it the CPU path finishes
 #: first: torch and nvImageCodec take 4-5 s to start there.
 CUDA_MIN_FILES = 3000
-#: The same crossover for ops with a driver function (imgops.engine.driver, no torch): the
-#: engine starts in about a second instead of 4-5 (provisional until measured on the H200 host).
-CUDA_MIN_FILES_DRIVER = 500
+#: The same crossover for ops with a driver function (imgops.engine.driver, no torch), measured
+#: on the H200 host (2026-12-04, two runs of 800 and 3200 files): cuda 3.1-4.3 s + n / 362-379
+#: files/s against cpu 1.0-1.8 s + n / 232-254: n = 1363 and 1856 (docs/GPU.md).
+CUDA_MIN_FILES_DRIVER = 1800
 
 
 class DeviceUnavailable(RuntimeError):
