@@ -179,15 +179,22 @@ class GpuJpegEncoder:
             if not picked:
                 continue
             wrapped = [self._nv.as_image(arrays[i], cuda_stream=cuda_stream) for i in picked]
-            try:
-                streams = self._encoder.encode(
-                    wrapped, ".jpg", params=self._params[gray], cuda_stream=cuda_stream
-                )
-            except Exception:  # the whole call failed: OpenCV encodes these
-                continue
-            for i, stream in zip(picked, streams, strict=True):
-                out[i] = bytes(stream) if stream is not None else None
+            self._encode_into(out, picked, wrapped, gray, cuda_stream)
         return out
+
+    def _encode_into(
+        self, out: list, picked: list[int], wrapped: list, gray: bool, cuda_stream: int
+    ) -> None:
+        """One batched encode call; its bytes go to out[picked[k]] (nothing where it failed:
+        OpenCV encodes those)."""
+        try:
+            streams = self._encoder.encode(
+                wrapped, ".jpg", params=self._params[gray], cuda_stream=cuda_stream
+            )
+        except Exception:  # the whole call failed: OpenCV encodes these
+            return
+        for i, stream in zip(picked, streams, strict=True):
+            out[i] = bytes(stream) if stream is not None else None
 
     def encode(self, images: Sequence[Any], cuda_stream: int = 0) -> list[bytes | None]:
         """JPEG bytes of each tensor ((H, W) gray or (H, W, 3) RGB uint8), None where it failed
@@ -205,12 +212,5 @@ class GpuJpegEncoder:
                 tensor = tensor.contiguous()
                 source = tensor if tensor.is_cuda else tensor.numpy()
                 wrapped.append(self._nv.as_image(source, cuda_stream=cuda_stream))
-            try:
-                streams = self._encoder.encode(
-                    wrapped, ".jpg", params=self._params[gray], cuda_stream=cuda_stream
-                )
-            except Exception:  # the whole call failed: OpenCV encodes these
-                continue
-            for i, stream in zip(picked, streams, strict=True):
-                out[i] = bytes(stream) if stream is not None else None
+            self._encode_into(out, picked, wrapped, gray, cuda_stream)
         return out
