@@ -390,3 +390,47 @@ def test_device_auto_picks_the_driver_engine_only_where_it_can_run(monkeypatch):
     assert device_choice.choose(many, GRAY).device == "cpu"
     monkeypatch.setattr(device_choice, "cuda_device_count", lambda: 0)
     assert device_choice.choose(many, GRAY).device == "cpu"
+
+
+class FakeJpegEncoder:
+    """Encodes the device arrays (host memory here) with OpenCV; `refuse` returns None for all."""
+
+    def __init__(self, refuse: bool = False) -> None:
+        self.refuse = refuse
+        self.seen: list[tuple[int, ...]] = []
+
+    def encode_arrays(self, arrays, cuda_stream: int = 0):
+        assert cuda_stream == FakeStream.handle
+        out = []
+        for array in arrays:
+            face = array.__cuda_array_interface__
+            shape, strides = tuple(face["shape"]), tuple(face["strides"])
+            self.seen.append(shape)
+            flat = _host(face["data"][0], strides[0] * (shape[0] - 1) + shape[1] * shape[2])
+            pixels = np.lib.stride_tricks.as_strided(flat, shape, strides)
+            ok, data = cv2.imencode(".jpg", np.ascontiguousarray(pixels[..., 0]))
+            out.append(None if self.refuse else data.tobytes())
+        return out
+
+
+@pytest.mark.parametrize("refuse", [False, True])
+def test_jpeg_output_goes_through_the_gpu_encoder(tmp_path: Path, fake_driver, refuse):
+    """-f jpg: the gray device images go to the JPEG encoder as pitched CUDA arrays (gray as
+    (H, W, 1)); images it does not encode are encoded by OpenCV, with a note."""
+    encoder = FakeJpegEncoder(refuse)
+    settings = PipelineSettings(device="cuda", jobs=2, batch_size=2, fmt="jpg")
+    engine = _engine(settings, FakeDecoder(), jpeg_factory=lambda: encoder)
+    _wait_for_stage(engine)
+    results = _run(engine, JPEGS * 2, tmp_path / "dev", fmt="jpg")
+    assert all(r.status == "written" for r in results.values())
+    assert encoder.seen and all(len(s) == 3 and s[2] == 1 for s in encoder.seen)
+    expected = _cpu_bytes(JPEGS * 2, tmp_path / "cpu", fmt="jpg")
+    for name in expected:
+        got = cv2.imread(str(tmp_path / "dev" / name), cv2.IMREAD_UNCHANGED)
+        want = cv2.imread(str(tmp_path / "cpu" / name), cv2.IMREAD_UNCHANGED)
+        assert got.shape == want.shape[:2] or got.shape == want.shape, name
+        if refuse:  # OpenCV encoded the same gray pixels: the CPU path's file exactly
+            assert (tmp_path / "dev" / name).read_bytes() == expected[name], name
+    notes = [r.note or "" for r in results.values()]
+    assert all(("OpenCV instead" in n) == refuse for n in notes), notes
+    assert FakeDevice.instances[-1].blocks == {}

@@ -147,6 +147,11 @@ def connect(
     with _worker_start_method(parsed, preload):
         cluster = _start_local(distributed, parsed, threads_per_worker, memory_limit, quiet)
     with cluster, distributed.Client(cluster, timeout=timeout) as client:
+        # Every worker of the spec registered before the first task (local-cuda's cluster
+        # returned before its worker had: a check right after saw 0 workers on the H200 host).
+        expected = len(getattr(cluster, "worker_spec", None) or {})
+        if expected:
+            client.wait_for_workers(expected, timeout=timeout)
         yield client
 
 
