@@ -150,3 +150,15 @@ def test_pipeline_bench_times_every_tool(tmp_path: Path) -> None:
 def test_pipeline_bench_refuses_a_folder_without_images(tmp_path: Path) -> None:
     result = CliRunner().invoke(cli, ["bench", "--pipeline", str(tmp_path), "-q"])
     assert result.exit_code == 2 and "no image files" in result.output
+
+
+def test_pipeline_bench_passes_no_fsync_to_imgops_only(tmp_path: Path) -> None:
+    listing = tmp_path / "inputs.txt"
+    listing.write_text("")
+    args = dict(png_level=None, jpg=True, stats=None, nvdecode=False, batch=8)
+    durable = pipeline._tools(listing, tmp_path, ["cpu"], **args)
+    quick = pipeline._tools(listing, tmp_path, ["cpu"], durable=False, **args)
+    for name, spec in quick.items():
+        flagged = "--no-fsync" in spec["command"]
+        assert flagged == name.startswith("imgops gray"), name
+        assert "--no-fsync" not in durable[name]["command"]

@@ -66,6 +66,7 @@ def _tools(
     stats: Path | None,
     nvdecode: bool,
     batch: int,
+    durable: bool = True,
 ) -> dict[str, dict[str, Any]]:
     """name -> {"command", "out" (None: writes nothing), "fmt", "floor"} for one run."""
     jobs = str(os.cpu_count() or 1)
@@ -83,6 +84,8 @@ def _tools(
                 command += ["-f", "jpg"]
             if png_level is not None and fmt == "png":
                 command += ["--png-level", str(png_level)]
+            if not durable:  # like the pool, which never flushes its files to disk
+                command += ["--no-fsync"]
             if stats is not None and "--stats-json" in help_text:
                 command += ["--stats-json", str(stats.with_name(folder.name + ".json"))]
             tools[name] = {"command": command, "out": folder, "fmt": fmt, "floor": False}
@@ -149,8 +152,11 @@ def run_pipeline(
     nvdecode: bool | None = None,
     batch: int = 64,
     work_dir: Path | None = None,
+    durable: bool = True,
 ) -> dict[str, Any]:
     """Times imgops gray (cpu, and cuda when present), the OpenCV pool and the decode floors.
+
+    `durable` False passes --no-fsync to imgops gray (the pool never flushes to disk).
 
     `device`: "all" (cpu, and cuda where a GPU is visible), or one `--device` value.
     `jpg`: also time JPEG output (imgops `-f jpg` against the pool writing JPEGs).
@@ -169,7 +175,7 @@ def run_pipeline(
         input_bytes = sum(len(p.read_bytes()) for p in files)  # also warms the page cache
         tools = _tools(
             listing, root / "out", devices, png_level=png_level, jpg=jpg,
-            stats=root / "stats" / "x.json", nvdecode=nvdecode, batch=batch,
+            stats=root / "stats" / "x.json", nvdecode=nvdecode, batch=batch, durable=durable,
         )  # fmt: skip
         (root / "stats").mkdir()
         walls: dict[str, list[float]] = {tool: [] for tool in tools}
@@ -185,6 +191,7 @@ def run_pipeline(
             "cpu_count": os.cpu_count(),
             "reps": reps,
             "png_level": png_level,
+            "fsync": durable,
             "runs": list(runs.values()),
         }
     finally:

@@ -59,6 +59,13 @@ def _devices(choice: str) -> list:
 )
 @click.option("--jpg", is_flag=True, help="With --pipeline: also time JPEG output (-f jpg).")
 @click.option(
+    "--fsync/--no-fsync",
+    default=True,
+    show_default=True,
+    help="With --pipeline: whether imgops gray flushes each file to disk (the OpenCV pool "
+    "never does; --no-fsync compares like with like).",
+)
+@click.option(
     "--batch",
     type=click.IntRange(min=1),
     default=64,
@@ -87,6 +94,7 @@ def bench(
     png_level: int | None,
     gray_device: str,
     jpg: bool,
+    fsync: bool,
     batch: int,
     crossover_dir: Path | None,
     as_json: bool,
@@ -139,6 +147,7 @@ def bench(
                 png_level=png_level,
                 jpg=jpg,
                 batch=batch,
+                durable=fsync,
             )
         except ValueError as error:
             raise click.BadParameter(str(error), param_hint="--pipeline") from None
