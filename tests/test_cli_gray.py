@@ -660,3 +660,25 @@ def test_cuda_device_without_a_gpu_is_one_clear_error(work):
         "imgops: error: --device cuda: no CUDA GPU is visible to torch"
     ]
     assert not (work / "coffee_rgb_gray.png").exists()
+
+
+def test_ctrl_c_still_writes_stats_json_and_exits_130(work, monkeypatch):
+    """Ctrl-C during a batch: the interrupted line, exit 130, and --stats-json written with
+    what was done (as bin does), no temporaries left."""
+    real = gray_command.run_plan
+
+    def interrupted(plan, report, settings, **kwargs):
+        plan.tasks = plan.tasks[:1]
+        real(plan, report, settings, **kwargs)  # one file written, then Ctrl-C
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(gray_command, "run_plan", interrupted)
+    stats = work / "stats" / "s.json"
+    stats.parent.mkdir()
+    out = work / "out"
+    result = invoke(str(work), "-d", str(out), "--device", "cpu", "--stats-json", str(stats))
+    assert result.exit_code == 130, result.stderr
+    assert "interrupted: 1 written" in result.stderr
+    data = __import__("json").loads(stats.read_text())
+    assert data["interrupted"] is True and data["written"] == 1
+    assert [p.name for p in out.iterdir() if "imgops-tmp" in p.name] == []

@@ -289,10 +289,10 @@ def _run(plan, report, settings, verbose: bool, scheduler: str | None = None):
             if scheduler is not None:
                 return _run_on_cluster(plan, report, settings, scheduler, advance)
             return run_plan(plan, report, settings, stdin_data=stdin_data, advance=advance)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt:  # the caller writes --stats-json, prints the line, exits 130
         remove_pending_temporaries()
         report.interrupted = True
-        raise click.exceptions.Exit(report.finish()) from None
+        return None
     except Exception as error:
         if unavailable is not None and isinstance(error, unavailable):
             raise click.UsageError(str(error)) from None
