@@ -67,22 +67,28 @@ if __name__ == "__main__":
 """
 
 
+def _python(args: list[str], cwd) -> subprocess.CompletedProcess:
+    """This Python with `args` and this checkout's src first on the path; must exit 0."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT / "src"), env.get("PYTHONPATH")]))
+    proc = subprocess.run(
+        [sys.executable, *args],
+        capture_output=True,
+        text=True,
+        timeout=TIME_LIMIT_S,
+        env=env,
+        cwd=cwd,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc
+
+
 def test_cpu_gray_batch_on_local_cluster_imports_no_torch_anywhere(tmp_path):
     script = tmp_path / "gray_on_cluster.py"
     script.write_text(SCRIPT.format(heavy=HEAVY))
     out = tmp_path / "out"
     out.mkdir()
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT / "src"), env.get("PYTHONPATH")]))
-    proc = subprocess.run(
-        [sys.executable, str(script), str(out), *(str(SAMPLES / p) for p in PHOTOS)],
-        capture_output=True,
-        text=True,
-        timeout=TIME_LIMIT_S,
-        env=env,
-        cwd=tmp_path,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    proc = _python([str(script), str(out), *(str(SAMPLES / p) for p in PHOTOS)], tmp_path)
     line = next(x for x in proc.stdout.splitlines() if x.startswith("RESULT "))
     seen = json.loads(line[len("RESULT ") :])
     assert seen["written"] == len(PHOTOS)
@@ -96,31 +102,9 @@ def test_cpu_gray_batch_on_local_cluster_imports_no_torch_anywhere(tmp_path):
 def test_cli_gray_with_scheduler_imports_no_torch_in_any_process(tmp_path):
     """The command as a user runs it, under -X importtime: every process it starts (client with
     scheduler and nannies, the forkserver, the workers) reports its imports on stderr."""
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT / "src"), env.get("PYTHONPATH")]))
-    photos = [SAMPLES / p for p in PHOTOS]
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-X",
-            "importtime",
-            "-m",
-            "imgops.cli",
-            "gray",
-            *map(str, photos),
-            "-d",
-            str(tmp_path / "out"),
-            "-q",
-            "--scheduler",
-            "local:2",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=TIME_LIMIT_S,
-        env=env,
-        cwd=tmp_path,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    photos = [str(SAMPLES / p) for p in PHOTOS]
+    args = ["-X", "importtime", "-m", "imgops.cli", "gray", *photos]
+    proc = _python([*args, "-d", str(tmp_path / "out"), "-q", "--scheduler", "local:2"], tmp_path)
     assert len(list((tmp_path / "out").iterdir())) == len(PHOTOS)
     imported = {
         line.rsplit("|", 1)[-1].strip()

@@ -230,6 +230,18 @@ def _cpu_bytes(paths, out: Path, fmt: str = "png", **options) -> dict[str, bytes
     return {j.target.name: j.target.read_bytes() for j in jobs}
 
 
+def _slow_stage(monkeypatch, release) -> None:
+    """The stand-in driver, whose device starts only once `release` is set."""
+
+    class SlowDevice(FakeDevice):
+        def __init__(self, index: int = 0) -> None:
+            release.wait(20)
+            super().__init__(index)
+
+    monkeypatch.setattr(cuda_driver, "Device", SlowDevice)
+    monkeypatch.setattr(cuda_driver, "Kernels", FakeKernels)
+
+
 def _wait_for_stage(engine: DriverEngine) -> None:
     engine.stage.future.result(timeout=20)
 
@@ -264,13 +276,7 @@ def test_without_host_while_starting_every_jpeg_waits_for_the_gpu(tmp_path: Path
 
     release = threading.Event()
 
-    class SlowDevice(FakeDevice):
-        def __init__(self, index: int = 0) -> None:
-            release.wait(20)
-            super().__init__(index)
-
-    monkeypatch.setattr(cuda_driver, "Device", SlowDevice)
-    monkeypatch.setattr(cuda_driver, "Kernels", FakeKernels)
+    _slow_stage(monkeypatch, release)
     settings = PipelineSettings(device="cuda", jobs=2, batch_size=2, host_while_starting=False)
     engine = _engine(settings, FakeDecoder())
     threading.Timer(0.5, release.set).start()
@@ -316,13 +322,7 @@ def test_files_take_the_cpu_path_until_the_stage_is_ready(tmp_path: Path, monkey
 
     release = threading.Event()
 
-    class SlowDevice(FakeDevice):
-        def __init__(self, index: int = 0) -> None:
-            release.wait(20)
-            super().__init__(index)
-
-    monkeypatch.setattr(cuda_driver, "Device", SlowDevice)
-    monkeypatch.setattr(cuda_driver, "Kernels", FakeKernels)
+    _slow_stage(monkeypatch, release)
     paths = JPEGS * 4
     engine = _engine(PipelineSettings(device="cuda", jobs=2, batch_size=2), FakeDecoder())
     out = tmp_path / "dev"

@@ -352,15 +352,19 @@ class DeviceEngine:
         waited = time.perf_counter() - start
         self.phases.add("device.wait_torch", waited)
         if self.pool is None:
-            self.pool = BufferPool(self.settings.pinned_bytes, pin=stage.cuda)
-            self.filtered = stage.png_filter is not None and _encode_png_filtered()
-            if stage.cuda and any(images for _, images in waiting):
-                stage.torch.cuda.synchronize()  # batches decoded before the stream existed
+            self._first_batch(stage, waiting)
         items = [item for batch, _ in waiting for item in batch]
         if waited > 1e-3 and items:
             for item in items:
                 item.result.seconds["start"] = waited / len(items)
         return stage
+
+    def _first_batch(self, stage: Any, waiting: list[tuple[list[_Item], dict[int, Any]]]) -> None:
+        """Once, when the stage is first used: the pinned pool and the PNG row encoder."""
+        self.pool = BufferPool(self.settings.pinned_bytes, pin=stage.cuda)
+        self.filtered = stage.png_filter is not None and _encode_png_filtered()
+        if stage.cuda and any(images for _, images in waiting):
+            stage.torch.cuda.synchronize()  # batches decoded before the stream existed
 
     def _gather(self, block: bool) -> list[_Item] | None:
         """The next batch: one item (waiting for it if `block`), then whatever is queued,

@@ -184,25 +184,16 @@ class DriverEngine(DeviceEngine):
     def _decode_stream(self) -> int:
         return self.stage.get().stream_handle()  # the stage starts in well under a second
 
-    def _started(self, waiting: list[tuple[list[_Item], dict[int, Any]]]) -> DriverStage:
-        start = time.perf_counter()
-        stage = self.stage.get()
-        waited = time.perf_counter() - start
-        self.phases.add("device.wait_torch", waited)
-        if self.pool is None:
-            device = stage.device
-            self.pool = BufferPool(
-                self.settings.pinned_bytes,
-                pin=True,
-                allocate=device.pinned,
-                dispose=lambda buffer: buffer.close(),
-            )
-            self.filtered = _encode_png_filtered()
-        items = [item for batch, _ in waiting for item in batch]
-        if waited > 1e-3 and items:
-            for item in items:
-                item.result.seconds["start"] = waited / len(items)
-        return stage
+    def _first_batch(self, stage: Any, waiting: list[tuple[list[_Item], dict[int, Any]]]) -> None:
+        """The pinned pool from the driver (its buffers freed at the end) and the row encoder;
+        nothing was decoded before the stage (decodes wait for its stream)."""
+        self.pool = BufferPool(
+            self.settings.pinned_bytes,
+            pin=True,
+            allocate=stage.device.pinned,
+            dispose=lambda buffer: buffer.close(),
+        )
+        self.filtered = _encode_png_filtered()
 
     def _run_batch(
         self, stage: DriverStage, batch: list[_Item], images: dict[int, Any]
