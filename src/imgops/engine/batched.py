@@ -454,6 +454,14 @@ class DeviceEngine:
 
         self.encoders.submit(run)
 
+    def _batch_to_cpu(self, batch: list[_Item]) -> None:
+        """A batch the device ran out of memory for: every file not already on the CPU path
+        goes there (the same bits), with a note."""
+        for item in batch:
+            if "fallback" not in item.extra:
+                item.result.note = "out of GPU memory for this batch: converted on the CPU"
+                self._fallback(item, "out of GPU memory")
+
     def _host_from_image(self, result: JobResult, image: DecodedImage) -> None:
         assert self.op.cpu is not None
         start = time.perf_counter()
@@ -504,10 +512,7 @@ class DeviceEngine:
             if stage.cuda:
                 stage.stream.synchronize()
                 torch.cuda.empty_cache()
-            for item in batch:
-                if "fallback" not in item.extra:  # every file not already on the CPU path
-                    item.result.note = "out of GPU memory for this batch: converted on the CPU"
-                    self._fallback(item, "out of GPU memory")
+            self._batch_to_cpu(batch)
             return None, []
         self.phases.add("device.run", time.perf_counter() - start - self._pool_wait)
         if stage.cuda:  # the whole device: nvImageCodec allocates outside torch's allocator

@@ -225,10 +225,7 @@ class DriverEngine(DeviceEngine):
             stage.stream.synchronize()
             for ptr in owned:
                 stage.device.free(ptr, stage.stream)
-            for item in batch:
-                if "fallback" not in item.extra:
-                    item.result.note = "out of GPU memory for this batch: converted on the CPU"
-                    self._fallback(item, "out of GPU memory")
+            self._batch_to_cpu(batch)
             return None, []
         self.phases.add("device.run", time.perf_counter() - start - self._pool_wait)
         free, total = stage.device.mem_info()
