@@ -18,6 +18,7 @@ the run starts over with half the planes per chunk, down to one unit (`run_with_
 from __future__ import annotations
 
 import contextlib
+import functools
 import gc
 import queue
 import threading
@@ -436,24 +437,25 @@ def _map(reader, fn, write_pages, plan, device, on_progress) -> StreamStats:
     return stats
 
 
-_LIBC_TRIM: list = []
+@functools.cache
+def _malloc_trim():
+    """glibc's malloc_trim, or None where the C library has none (looked up once)."""
+    import ctypes
+    import ctypes.util
+
+    try:
+        return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim
+    except (OSError, AttributeError):
+        return None
 
 
 def release_free_heap() -> None:
     """Hands the C heap's free pages back to the system (glibc's `malloc_trim`; a no-op
     elsewhere). Buffers that threads allocated and freed otherwise stay resident in their
     malloc arenas (and a process's exit then adds its own peak on top of them)."""
-    if not _LIBC_TRIM:
-        import ctypes
-        import ctypes.util
-
-        try:
-            libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-            _LIBC_TRIM.append(libc.malloc_trim)
-        except (OSError, AttributeError):
-            _LIBC_TRIM.append(None)
-    if _LIBC_TRIM[0] is not None:
-        _LIBC_TRIM[0](0)
+    trim = _malloc_trim()
+    if trim is not None:
+        trim(0)
 
 
 def release_cached_memory(device) -> None:
