@@ -18,6 +18,7 @@ runs. Plain Python: no click, no torch, no numpy.
 from __future__ import annotations
 
 import errno
+import functools
 import glob
 import os
 import string
@@ -244,6 +245,7 @@ def collect_inputs(
     `skip_dirs` (an output folder inside an input folder) are never descended into.
     Raises UsageProblem for stdin mixed with other inputs; every other problem is a Problem.
     """
+    _resolved_folder.cache_clear()
     names = [os.fspath(name) for name in names]
     if files_from is not None:
         if str(files_from) == STDIO and STDIO in names:
@@ -314,12 +316,18 @@ def _unique(items: list[Source]) -> list[Source]:
 
 def _path_key(path: Path) -> str:
     """A comparable form of a path: absolute, its folder's symlinks resolved where they exist."""
-    absolute = Path(os.path.abspath(path))
+    folder, name = os.path.split(os.path.abspath(path))
+    return os.path.normcase(os.path.join(_resolved_folder(folder), name))
+
+
+@functools.lru_cache(maxsize=4096)
+def _resolved_folder(folder: str) -> str:
+    """`folder` with its symlinks resolved where they exist (cached: a batch's files share a few
+    folders; collect_inputs and plan_outputs clear it, so each plan sees the disk as it is)."""
     try:
-        parent = absolute.parent.resolve()
+        return str(Path(folder).resolve())
     except (OSError, RuntimeError):
-        parent = absolute.parent
-    return os.path.normcase(str(parent / absolute.name))
+        return folder
 
 
 def _real_key(path: Path) -> str:
@@ -426,6 +434,7 @@ def plan_outputs(
     outputs without `overwrite` and non-regular targets are per-entry problems (with
     `skip_existing`, existing outputs are skipped).
     """
+    _resolved_folder.cache_clear()
     if overwrite and skip_existing:
         raise UsageProblem("--overwrite and --skip-existing cannot be used together")
     if output is not None and output_dir is not None:

@@ -63,7 +63,13 @@ class Report:
         self.written += 1
         where = "<stdout>" if target is None else str(target)
         self.outputs.append(where)
-        self.detail(f"{label} -> {where}" + (f" ({detail})" if detail else ""))
+        if self.shows_details:
+            self.detail(f"{label} -> {where}" + (f" ({detail})" if detail else ""))
+
+    @property
+    def shows_details(self) -> bool:
+        """Whether detail() prints (-v without -q): per-file lines are built only then."""
+        return self.verbose and not self.quiet
 
     def skip(self, label: str, reason: str) -> None:
         """Counts one skipped input (the reason shown with -v)."""
@@ -89,7 +95,8 @@ class Report:
         else:
             if result.note:
                 self.info(f"{label}: {result.note}")
-            self.wrote(label, result.job.target, _result_detail(result))
+            detail = _result_detail(result) if self.shows_details else None
+            self.wrote(label, result.job.target, detail)
 
     def add_plan(self, plan: Any) -> None:
         """Counts the planner's own entries (an imgops.planner.Plan): `total` becomes the

@@ -8,10 +8,11 @@ batch size; results come back to the calling thread in completion order.
 
 from __future__ import annotations
 
+import queue
 import threading
 import time
 from collections.abc import Callable, Iterator
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from concurrent.futures import Future, ThreadPoolExecutor
 
 from ..io.images import decode_image
 from .files import Writer, encode_host, failed, guard, precheck, read_job
@@ -76,9 +77,15 @@ def run_host(
     workers: int,
     on_result: Callable[[JobResult], None],
 ) -> None:
-    """Runs every job through HostWorker threads, `workers + 2` in flight at most."""
+    """Runs every job through HostWorker threads, `workers + 2` in flight at most.
+
+    Finished futures come back through a queue (not `wait(FIRST_COMPLETED)`, which walks every
+    pending future per result): the calling thread holds the GIL as little as it can, since
+    the workers need it between their codec calls.
+    """
     worker = HostWorker(op, settings, Writer(settings))
     pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix=f"imgops-{op.name}")
+    finished: queue.SimpleQueue[Future[JobResult]] = queue.SimpleQueue()
     pending: set[Future[JobResult]] = set()
     try:
         exhausted = False
@@ -88,12 +95,14 @@ def run_host(
                 if job is None:
                     exhausted = True
                 else:
-                    pending.add(pool.submit(worker, job))
+                    future = pool.submit(worker, job)
+                    pending.add(future)
+                    future.add_done_callback(finished.put)
             if not pending:
                 return
-            done, pending = wait(pending, return_when=FIRST_COMPLETED)
-            for future in done:
-                on_result(future.result())
+            future = finished.get()
+            pending.discard(future)
+            on_result(future.result())
     except BaseException:
         worker.stop.set()
         pool.shutdown(wait=True, cancel_futures=True)
