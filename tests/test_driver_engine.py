@@ -434,3 +434,63 @@ def test_jpeg_output_goes_through_the_gpu_encoder(tmp_path: Path, fake_driver, r
     notes = [r.note or "" for r in results.values()]
     assert all(("OpenCV instead" in n) == refuse for n in notes), notes
     assert FakeDevice.instances[-1].blocks == {}
+
+
+def test_a_prestarted_stage_is_adopted_and_kept_to_the_end_of_the_process(
+    tmp_path: Path, fake_driver, monkeypatch
+):
+    """The command line starts the stage before it plans (driver_stage.prestart): the engine
+    takes that stage (once), writes the CPU path's bytes, and keeps the stage at the end instead
+    of releasing it (the process exits next; the release would hold the GIL)."""
+    from imgops.engine import driver_stage
+    from imgops.io import gpu_decode
+
+    decoder = FakeDecoder()
+    monkeypatch.setattr(gpu_decode, "BatchDecoder", lambda index, threads: decoder)
+    monkeypatch.setattr(driver_stage, "_kept", [])
+    stage = driver_stage.prestart(0, 2)
+    assert driver_stage.prestart(0, 2) is stage  # one stage per GPU
+    stage.future.result(timeout=20)
+    engine = _engine(PipelineSettings(device="cuda", jobs=2, batch_size=3), FakeDecoder())
+    assert engine.stage is stage and driver_stage.take_prestarted(0) is None
+    results = _run(engine, JPEGS, tmp_path / "dev")
+    expected = _cpu_bytes(JPEGS, tmp_path / "cpu")
+    for name, data in expected.items():
+        assert (tmp_path / "dev" / name).read_bytes() == data, name
+    assert {r.decoder for r in results.values()} == {"nvimgcodec"} and decoder.batches >= 1
+    device = FakeDevice.instances[-1]
+    assert device.blocks == {}  # the batches' buffers are freed all the same
+    assert not device.closed and stage.decoder is decoder and driver_stage._kept == [stage]
+    # without a prestarted stage the engine makes (and releases) its own
+    other = _engine(PipelineSettings(device="cuda", jobs=2), FakeDecoder())
+    assert other.stage is not stage and other.stage.release
+
+
+def test_the_command_line_prestarts_only_where_the_driver_engine_will_run(monkeypatch):
+    from imgops.commands import gray as gray_command
+    from imgops.engine import device as device_choice
+    from imgops.engine import driver_stage
+
+    started: list[tuple[int, int]] = []
+    monkeypatch.setattr(
+        driver_stage, "prestart", lambda index, threads: started.append((index, threads))
+    )
+    monkeypatch.setattr(device_choice, "driver_engine_usable", lambda op: op is GRAY)
+    monkeypatch.setattr(device_choice, "cuda_device_count", lambda: 2)
+    monkeypatch.setattr(device_choice.gpu_decode, "installed", lambda: True)
+    gray_command._prestart_cuda(PipelineSettings(device="cuda:1", jobs=3))
+    assert started == [(1, 3)]
+    many = device_choice.CUDA_MIN_FILES_DRIVER
+    for settings in (
+        PipelineSettings(device="cpu", jobs=3),
+        PipelineSettings(device="cuda", decoder="cpu", jobs=3),  # the torch engine
+        PipelineSettings(device="auto", jobs=3, expected_files=many - 1),  # the CPU path
+        PipelineSettings(device="cuda:5", jobs=3),  # no such GPU: the batch says so
+    ):
+        gray_command._prestart_cuda(settings)
+    assert started == [(1, 3)]
+    gray_command._prestart_cuda(PipelineSettings(device="auto", jobs=3, expected_files=many))
+    assert started == [(1, 3), (0, 3)]
+    monkeypatch.setattr(device_choice.gpu_decode, "installed", lambda: False)
+    gray_command._prestart_cuda(PipelineSettings(device="cuda", jobs=3))
+    assert len(started) == 2

@@ -218,6 +218,8 @@ def gray(
         from ..dask import require_dask
 
         require_dask("distributed")
+    elif plan.tasks:
+        _prestart_cuda(settings)
     report = Report(quiet=quiet or VERBOSITY.quiet, verbose=verbose or VERBOSITY.verbose)
     if output_dir is not None:
         make_output_folders(plan)
@@ -269,6 +271,29 @@ def _plan(
         stats_path=stats_json,
         collision_hint=COLLISION_HINT,
     )
+
+
+def _prestart_cuda(settings) -> None:
+    """Where the batch will run on the torch-free CUDA engine with nvImageCodec (`--device
+    cuda`, or `auto` on a large batch), its CUDA stage starts now, so the context and the
+    decoder's warm-up overlap OpenCV's import and the rest of the set-up
+    (imgops.engine.driver_stage.prestart). The batch's own choice is made again later."""
+    if settings.decoder != "auto" or settings.device == "cpu":
+        return
+    from ..engine.device import choose, driver_engine_usable
+    from ..engine.ops import GRAY
+
+    if not driver_engine_usable(GRAY):
+        return
+    try:
+        plan = choose(settings, GRAY)
+    except Exception:  # the batch raises it again, with its own message
+        return
+    if plan.device.startswith("cuda") and plan.decoder == "gpu":
+        from ..engine.driver_stage import prestart
+        from ..pipeline import default_jobs
+
+        prestart(plan.index, settings.jobs or default_jobs())
 
 
 def _run(plan, report, settings, verbose: bool, scheduler: str | None = None):

@@ -21,135 +21,17 @@ With `--decoder cpu` the torch engine runs instead (it uploads CPU-decoded image
 
 from __future__ import annotations
 
-import threading
 import time
-from concurrent.futures import Future
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from .batched import DeviceEngine, _encode_png_filtered, _Item
 from .buffers import BufferPool
-from .files import FatalError
+from .driver_stage import DeviceImage, DriverStage, device_image, take_prestarted
 from .types import join_notes
 
-
-@dataclass
-class DeviceImage:
-    """An 8-bit image in device memory: `height` rows of `width * channels` bytes, `pitch`
-    bytes apart. `owned`: allocated by the stage (freed after the batch's copies)."""
-
-    ptr: int
-    width: int
-    height: int
-    channels: int
-    pitch: int
-    owned: bool = False
-
-    @property
-    def row_bytes(self) -> int:
-        """Bytes of pixels in one row."""
-        return self.width * self.channels
-
-    @property
-    def shape(self) -> tuple[int, ...]:
-        """(H, W) for gray, (H, W, C) otherwise."""
-        if self.channels == 1:
-            return (self.height, self.width)
-        return (self.height, self.width, self.channels)
-
-
-def device_image(image: Any) -> DeviceImage:
-    """A DeviceImage viewing a decoded image without a copy: an nvImageCodec image in device
-    memory (`__cuda_array_interface__`), or any host array (`__array_interface__`: the tests'
-    stand-in decoder). uint8, (H, W), (H, W, 1) or interleaved (H, W, C), rows may be pitched."""
-    try:
-        face = image.__cuda_array_interface__
-    except (AttributeError, RuntimeError):  # a host image
-        face = np.asarray(image).__array_interface__
-    shape = tuple(face["shape"])
-    if face.get("typestr") not in ("|u1", "<u1") or len(shape) not in (2, 3):
-        raise ValueError(f"unexpected decoded image {face.get('typestr')} {shape}")
-    height, width = shape[0], shape[1]
-    channels = shape[2] if len(shape) == 3 else 1
-    strides = face.get("strides")
-    pitch = strides[0] if strides else width * channels
-    if strides and len(shape) == 3 and (strides[1] != channels or strides[2] != 1):
-        raise ValueError(f"decoded image is not interleaved: strides {strides}")
-    if strides and len(shape) == 2 and strides[1] != 1:
-        raise ValueError(f"decoded image is not interleaved: strides {strides}")
-    return DeviceImage(int(face["data"][0]), width, height, channels, pitch)
-
-
-class DriverStage:
-    """The device, a stream, the fatbin kernels and (optionally) the GPU decoder, started in a
-    background thread; `future` completes when all of them are ready."""
-
-    cuda = True
-
-    def __init__(self, index: int, decoder_factory: Any = None) -> None:
-        self._index = index
-        self._decoder_factory = decoder_factory
-        self.decoder: Any = None
-        self.decoder_problem: str | None = None
-        self.future: Future[DriverStage] = Future()
-        threading.Thread(target=self._start, name="imgops-cuda-start", daemon=True).start()
-
-    def _start(self) -> None:
-        try:
-            from . import cuda_driver
-
-            self.device = cuda_driver.Device(self._index)
-            self.stream = self.device.stream()
-            self.kernels = cuda_driver.Kernels(self.device)
-            if self._decoder_factory is not None:
-                from ..io.gpu_decode import GpuDecoderUnavailable
-
-                try:
-                    self.decoder = self._decoder_factory()
-                except GpuDecoderUnavailable as error:  # decoder "auto": the CPU decodes
-                    self.decoder_problem = str(error)
-                if self.decoder is not None:
-                    self.decoder.warm_up(self.stream.handle)
-                    self.stream.synchronize()
-        except BaseException as error:
-            self.future.set_exception(error)
-        else:
-            self.future.set_result(self)
-
-    def close(self, timeout: float = 60.0) -> None:
-        """Waits for the start (at most `timeout`), drains the stream, then releases the
-        decoder, the stream and the context, so no native thread outlives the batch."""
-        try:
-            self.future.result(timeout)
-        except BaseException:  # it never started (that error was reported), or still is
-            return
-        self.stream.synchronize()
-        self.decoder = None
-        self.stream.close()
-        self.device.close()
-
-    def get(self) -> DriverStage:
-        """This stage once started; FatalError if it cannot start."""
-        try:
-            return self.future.result()
-        except BaseException as error:
-            raise FatalError(error) from error
-
-    def stream_handle(self) -> int:
-        """The CUstream as an int, for nvImageCodec."""
-        return self.stream.handle
-
-    def event(self) -> Any:
-        """An event recorded on the stream now."""
-        return self.device.event(self.stream)
-
-    def new_image(self, height: int, width: int, channels: int) -> DeviceImage:
-        """A packed image in stream-ordered device memory, owned by the batch."""
-        pitch = width * channels
-        ptr = self.device.alloc(max(1, pitch * height), self.stream)
-        return DeviceImage(ptr, width, height, channels, pitch, owned=True)
+__all__ = ["DeviceImage", "DriverEngine", "DriverStage", "device_image"]
 
 
 class DriverEngine(DeviceEngine):
@@ -167,6 +49,10 @@ class DriverEngine(DeviceEngine):
             factory = None  # created in run(), on the calling thread, so that it fails early
         else:
             self._decoder_factory = None  # the stage creates it in the background
+            if factory is not None:
+                prestarted = take_prestarted(self._index)  # the command line's early start
+                if prestarted is not None:
+                    return prestarted
         return DriverStage(self._index, factory)
 
     # ---------------------------------------------------------------- prep threads

@@ -1,0 +1,181 @@
+"""The torch-free CUDA engine's device stage: the CUDA driver's context and stream, imgops'
+fatbin kernels and nvImageCodec's decoder, started in a background thread (DriverStage), and
+the device images the engine passes between them (DeviceImage).
+
+This module imports no numpy, torch or nvImageCodec at import time, so the command line can
+start a stage (`prestart`) before it plans the batch and imports OpenCV: the context and the
+decoder's warm-up (about 0.8 s on the H200 host, the GIL released) then overlap that work.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+from concurrent.futures import Future
+from dataclasses import dataclass
+from typing import Any
+
+_prestarted: dict[int, DriverStage] = {}
+_prestart_lock = threading.Lock()
+_kept: list[Any] = []
+
+
+@dataclass
+class DeviceImage:
+    """An 8-bit image in device memory: `height` rows of `width * channels` bytes, `pitch`
+    bytes apart. `owned`: allocated by the stage (freed after the batch's copies)."""
+
+    ptr: int
+    width: int
+    height: int
+    channels: int
+    pitch: int
+    owned: bool = False
+
+    @property
+    def row_bytes(self) -> int:
+        """Bytes of pixels in one row."""
+        return self.width * self.channels
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """(H, W) for gray, (H, W, C) otherwise."""
+        if self.channels == 1:
+            return (self.height, self.width)
+        return (self.height, self.width, self.channels)
+
+
+def device_image(image: Any) -> DeviceImage:
+    """A DeviceImage viewing a decoded image without a copy: an nvImageCodec image in device
+    memory (`__cuda_array_interface__`), or any host array (`__array_interface__`: the tests'
+    stand-in decoder). uint8, (H, W), (H, W, 1) or interleaved (H, W, C), rows may be pitched."""
+    try:
+        face = image.__cuda_array_interface__
+    except (AttributeError, RuntimeError):  # a host image
+        import numpy as np
+
+        face = np.asarray(image).__array_interface__
+    shape = tuple(face["shape"])
+    if face.get("typestr") not in ("|u1", "<u1") or len(shape) not in (2, 3):
+        raise ValueError(f"unexpected decoded image {face.get('typestr')} {shape}")
+    height, width = shape[0], shape[1]
+    channels = shape[2] if len(shape) == 3 else 1
+    strides = face.get("strides")
+    pitch = strides[0] if strides else width * channels
+    if strides and len(shape) == 3 and (strides[1] != channels or strides[2] != 1):
+        raise ValueError(f"decoded image is not interleaved: strides {strides}")
+    if strides and len(shape) == 2 and strides[1] != 1:
+        raise ValueError(f"decoded image is not interleaved: strides {strides}")
+    return DeviceImage(int(face["data"][0]), width, height, channels, pitch)
+
+
+class DriverStage:
+    """The device, a stream, the fatbin kernels and (optionally) the GPU decoder, started in a
+    background thread; `future` completes when all of them are ready."""
+
+    cuda = True
+
+    def __init__(self, index: int, decoder_factory: Any = None, *, release: bool = True) -> None:
+        self.index = index
+        self.release = release
+        self._decoder_factory = decoder_factory
+        self.decoder: Any = None
+        self.decoder_problem: str | None = None
+        self.future: Future[DriverStage] = Future()
+        threading.Thread(target=self._start, name="imgops-cuda-start", daemon=True).start()
+
+    def _start(self) -> None:
+        try:
+            from . import cuda_driver
+
+            self.device = cuda_driver.Device(self.index)
+            self.stream = self.device.stream()
+            self.kernels = cuda_driver.Kernels(self.device)
+            if self._decoder_factory is not None:
+                from ..io.gpu_decode import GpuDecoderUnavailable
+
+                try:
+                    self.decoder = self._decoder_factory()
+                except GpuDecoderUnavailable as error:  # decoder "auto": the CPU decodes
+                    self.decoder_problem = str(error)
+                if self.decoder is not None:
+                    self.decoder.warm_up(self.stream.handle)
+                    self.stream.synchronize()
+        except BaseException as error:
+            self.future.set_exception(error)
+        else:
+            self.future.set_result(self)
+
+    def close(self, timeout: float = 60.0) -> None:
+        """Waits for the start (at most `timeout`), drains the stream, then releases the
+        decoder, the stream and the context, so no native thread outlives the batch.
+
+        A stage made with `release=False` (the command line's, whose process exits right after
+        the batch) is drained but kept: destroying nvImageCodec's decoder holds the GIL for
+        ~0.3 s on the H200 host, and the driver reclaims all of it when the process exits.
+        """
+        try:
+            self.future.result(timeout)
+        except BaseException:  # it never started (that error was reported), or still is
+            return
+        self.stream.synchronize()
+        if not self.release:
+            _keep_until_exit(self)
+            return
+        self.decoder = None
+        self.stream.close()
+        self.device.close()
+
+    def get(self) -> DriverStage:
+        """This stage once started; FatalError if it cannot start."""
+        try:
+            return self.future.result()
+        except BaseException as error:
+            from .files import FatalError
+
+            raise FatalError(error) from error
+
+    def stream_handle(self) -> int:
+        """The CUstream as an int, for nvImageCodec."""
+        return self.stream.handle
+
+    def event(self) -> Any:
+        """An event recorded on the stream now."""
+        return self.device.event(self.stream)
+
+    def new_image(self, height: int, width: int, channels: int) -> DeviceImage:
+        """A packed image in stream-ordered device memory, owned by the batch."""
+        pitch = width * channels
+        ptr = self.device.alloc(max(1, pitch * height), self.stream)
+        return DeviceImage(ptr, width, height, channels, pitch, owned=True)
+
+
+def prestart(index: int, threads: int) -> DriverStage:
+    """Starts the stage for GPU `index` now, with nvImageCodec's decoder (`threads` CPU threads,
+    as the engine would make it), for the next DriverEngine on that GPU (take_prestarted).
+    Only for a process that exits after its batch (the command line): the stage is kept, not
+    released, at the end (DriverStage.close)."""
+
+    def decoder_factory() -> Any:
+        from ..io.gpu_decode import BatchDecoder
+
+        return BatchDecoder(index, threads=threads)
+
+    with _prestart_lock:
+        stage = _prestarted.get(index)
+        if stage is None:
+            stage = _prestarted[index] = DriverStage(index, decoder_factory, release=False)
+        return stage
+
+
+def take_prestarted(index: int) -> DriverStage | None:
+    """The stage prestart() made for GPU `index` (once; None if there is none)."""
+    with _prestart_lock:
+        return _prestarted.pop(index, None)
+
+
+def _keep_until_exit(stage: DriverStage) -> None:
+    """Keeps `stage` (its decoder, stream and context) alive to the end of the process: one
+    reference more than is ever dropped, so not even the interpreter's shutdown destroys it."""
+    _kept.append(stage)
+    ctypes.pythonapi.Py_IncRef(ctypes.py_object(stage))
