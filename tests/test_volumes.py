@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import importlib.util
+import json
+import math
+import warnings
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -83,6 +87,125 @@ def test_two_dimensional_image_is_one_slice(tmp_path: Path):
         np.testing.assert_array_equal(reader.read(0, 1)[0], data)
 
 
+# Shaped stacks (`metadata={"axes": ...}`, no imagej=True) that tifffile stores as RGB pages, since
+# a length before Y and X (or X itself) is 3 or 4: each page holds several planes as its samples.
+RGB_PAGED = {
+    "zyx_3": ("ZYX", (3, 16, 12), {"photometric": "rgb", "planarconfig": "separate"}),
+    "qyx_4": ("QYX", (4, 16, 12), {"photometric": "rgb", "planarconfig": "separate"}),
+    "tzyx": ("TZYX", (2, 3, 16, 12), {"photometric": "rgb", "planarconfig": "separate"}),
+    "czyx": ("CZYX", (3, 4, 16, 12), {"photometric": "rgb", "planarconfig": "separate"}),
+    "x_is_3": ("ZYX", (5, 16, 3), {"photometric": "rgb"}),  # interleaved: a page of 5 planes
+    "tzyx_x_is_3": ("TZYX", (2, 5, 6, 3), {"photometric": "rgb"}),
+}
+RGB_PAGED_LAYOUTS = {
+    "contiguous": {},
+    "zlib": {"compression": "zlib"},
+    "separate_pages": {"contiguous": False},
+    "zlib_separate_pages": {"compression": "zlib", "contiguous": False},
+    "tiled": {"tile": (16, 16)},
+    "big_endian": {"byteorder": ">"},
+}
+
+
+@pytest.mark.parametrize("layout", sorted(RGB_PAGED_LAYOUTS))
+@pytest.mark.parametrize("kind", sorted(RGB_PAGED))
+def test_shaped_stack_stored_as_rgb_pages_reads_its_planes(tmp_path: Path, kind: str, layout: str):
+    axes, shape, options = RGB_PAGED[kind]
+    data = np.random.default_rng(3).integers(0, 4096, shape, dtype=np.uint16)
+    path = tmp_path / "v.tif"
+    tifffile.imwrite(path, data, metadata={"axes": axes}, **options, **RGB_PAGED_LAYOUTS[layout])
+    expected = tifffile.imread(path)
+    depth = math.prod(shape[:-2])
+    planes = expected.reshape(depth, *shape[-2:])
+    with open_volume(path) as reader:
+        info = reader.info
+        assert info.shape == (depth, *shape[-2:]) and info.page_planes > 1
+        assert info.axes == axes.replace("Q", "Z") and info.sizes == shape
+        direct = layout in ("contiguous", "separate_pages", "big_endian")
+        assert info.read_mode == ("direct" if direct else "pages")
+        whole = reader.read(0, depth)
+        assert whole.shape == info.shape
+        np.testing.assert_array_equal(whole, planes)
+        for count in (1, 2, depth - 1):  # chunks that start and end inside pages
+            out = np.empty((count, *shape[-2:]), np.uint16)
+            for start in range(depth - count + 1):
+                reader.read_into(start, out)
+                assert out.shape == (count, *shape[-2:])
+                np.testing.assert_array_equal(out, planes[start : start + count])
+
+
+def test_default_tifffile_write_of_a_zyx_stack_of_three_planes(tmp_path: Path):
+    """What the bug report wrote: no photometric (tifffile picks RGB pages for Z = 3 today)."""
+    data = np.arange(3 * 16 * 12, dtype=np.uint16).reshape(3, 16, 12) * 7
+    path = tmp_path / "z3.tif"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # tifffile's default is changing
+        tifffile.imwrite(path, data, metadata={"axes": "ZYX"}, compression="zlib")
+    with open_volume(path) as reader:
+        assert reader.info.shape == (3, 16, 12) and reader.info.axes == "ZYX"
+        np.testing.assert_array_equal(reader.read(0, 3), tifffile.imread(path))
+        np.testing.assert_array_equal(reader.read(1, 2), data[1:2])
+
+
+@pytest.mark.parametrize("options", [{}, {"compression": "zlib"}, {"tile": (16, 16)}])
+def test_shaped_two_dimensional_image_reads_as_one_plane(tmp_path: Path, options):
+    data = np.arange(16 * 12, dtype=np.uint16).reshape(16, 12)
+    tifffile.imwrite(tmp_path / "flat.tif", data, metadata={"axes": "YX"}, **options)
+    with open_volume(tmp_path / "flat.tif") as reader:
+        assert reader.info.shape == (1, 16, 12) and reader.info.axes == "YX"
+        whole = reader.read(0, 1)  # tifffile reshapes the array it fills: not the caller's
+        assert whole.shape == (1, 16, 12)
+        np.testing.assert_array_equal(whole[0], data)
+
+
+def test_one_plane_chunk_of_a_compressed_stack_keeps_its_shape(tmp_path: Path):
+    data = np.arange(5 * 8 * 8, dtype=np.uint16).reshape(5, 8, 8)
+    tifffile.imwrite(tmp_path / "z.tif", data, compression="zlib", photometric="minisblack")
+    with open_volume(tmp_path / "z.tif") as reader:
+        out = np.zeros((1, 8, 8), np.uint16)
+        reader.read_into(2, out)
+        assert out.shape == (1, 8, 8)
+        np.testing.assert_array_equal(out, data[2:3])
+
+
+def _claim_more_pages(path: Path) -> None:
+    """A shaped TZYX stack of RGB pages whose description names twice the pages it has."""
+    data = np.zeros((2, 3, 16, 12), np.uint16)
+    tifffile.imwrite(path, data, metadata={"axes": "TZYX"}, compression="zlib", photometric="rgb")
+    with tifffile.TiffFile(path, mode="r+") as tif:
+        description = json.dumps({"shape": [4, 3, 16, 12], "axes": "TZYX"})
+        tif.pages[0].tags["ImageDescription"].overwrite(description)
+
+
+def test_shaped_stack_naming_missing_pages_is_one_clear_error(tmp_path: Path):
+    path = tmp_path / "more.tif"
+    _claim_more_pages(path)
+    with open_volume(path) as reader, pytest.raises(FileError) as caught:
+        reader.read(0, reader.info.depth)
+    message = caught.value.format_message()
+    assert str(path) in message and "page 2 (planes 6..9) is missing" in message
+    assert "IndexError" not in message and "\n" not in message
+
+
+class _FakeSeries:
+    """Two pages of 2x12 pixels each."""
+
+    keyframe = SimpleNamespace(shape=(2, 12))
+
+    def __len__(self) -> int:
+        return 2
+
+
+def test_pages_that_do_not_hold_whole_planes_are_refused(tmp_path: Path):
+    """A layout tifffile itself would not build (its checks come first): the reader's own guard."""
+    from imgops.io.volumes import _planes_per_page
+
+    fake = _FakeSeries()
+    with pytest.raises(FileError, match="do not hold whole 4x12 planes"):
+        _planes_per_page(tmp_path / "x.tif", fake, "YX", (4, 12))
+    assert _planes_per_page(tmp_path / "x.tif", fake, "ZYX", (3, 2, 12)) == 1
+
+
 def test_ome_tiff_and_its_physical_sizes(tmp_path: Path):
     data = np.arange(5 * 8 * 8, dtype=np.uint16).reshape(5, 8, 8)
     meta = {"axes": "ZYX", "PhysicalSizeX": 0.25, "PhysicalSizeY": 0.25, "PhysicalSizeZ": 1.5}
@@ -104,6 +227,15 @@ def _write_inconsistent(path: Path) -> None:
     with tifffile.TiffWriter(path) as writer:
         writer.write(np.zeros((10, 10), np.uint16))
         writer.write(np.zeros((5, 10), np.uint16))
+
+
+def _write_imagej_missing_pages(path: Path) -> None:
+    """A compressed ImageJ stack of 4 planes whose description says 8."""
+    data = np.zeros((4, 8, 8), np.uint16)
+    tifffile.imwrite(path, data, imagej=True, metadata={"axes": "ZYX"}, compression="zlib")
+    with tifffile.TiffFile(path, mode="r+") as tif:
+        description = tif.pages[0].description.replace("images=4", "images=8")
+        tif.pages[0].tags["ImageDescription"].overwrite(description.replace("slices=4", "slices=8"))
 
 
 def _write_lzw_tagged(path: Path) -> None:
@@ -137,6 +269,7 @@ BAD_FILES = {
         "unknown: Q",
     ),
     "inconsistent": (_write_inconsistent, "page 1 is 5x10"),
+    "imagej_missing_pages": (_write_imagej_missing_pages, "has 4 page(s) of 1 plane(s) each"),
     "not_a_tiff": (lambda p: p.write_text("hello, not a TIFF\n"), "not a readable TIFF"),
     "empty": (lambda p: p.write_bytes(b""), "not a readable TIFF"),
 }

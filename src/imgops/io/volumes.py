@@ -14,7 +14,10 @@ before Y and X). Reading never loads the whole stack: `VolumeReader.read_into(st
 fills a caller-owned buffer with whole planes. Uncompressed contiguous data is read with
 positional reads straight into that buffer; compressed pages are decoded by tifffile, a chunk
 of pages at a time, in parallel threads, straight into the buffer; planar samples are read
-through `tifffile.aszarr`, plane by plane.
+through `tifffile.aszarr`, plane by plane. A page may hold several planes: tifffile writes a
+shaped stack whose third-last length is 3 or 4 (or whose last one is) as RGB pages, planar or
+interleaved, though its metadata names gray axes (`metadata={"axes": "ZYX"}`); those planes are
+the page's samples, in file order, and are read as such.
 
 Writing streams pages: `write_volume(target, pages, info, dtype, ...)` hands tifffile a page
 iterator, so only the page being written is needed, and picks BigTIFF when the output can pass
@@ -126,6 +129,7 @@ class VolumeInfo:
     ome_xml: str | None = None
     channel_names: tuple[str, ...] = ()
     planar: bool = False  # separate samples read as channels (through tifffile.aszarr)
+    page_planes: int = 1  # planes each TIFF page holds (more: a shaped stack stored as RGB pages)
     source: str = "tiff"  # or "zarr"
 
     @property
@@ -259,6 +263,7 @@ def describe_volume(path: Path, tif) -> VolumeInfo:
     axes, sizes, planar = _plane_axes(path, tuple(series.shape), series.axes)
     shape = (math.prod(sizes[:-2]), sizes[-2], sizes[-1])
     _check_ifd_chain(path, tif, shape[1] * shape[2])
+    page_planes = _planes_per_page(path, series, axes, sizes)
     page = series.keyframe
     compression = page.compression.name
     if not codec_status().get(compression, compression in _BUILTIN_CODECS):
@@ -268,8 +273,12 @@ def describe_volume(path: Path, tif) -> VolumeInfo:
             "(imagecodecs lacks it: run `imgops doctor`)",
         )
     offset = series.dataoffset if compression == "NONE" and not planar else None
-    if offset is not None and not _contiguous_data_plausible(page, int(offset), shape, dtype):
+    if offset is not None and not _contiguous_data_plausible(
+        page, int(offset), shape, dtype, page_planes
+    ):
         offset = None  # damaged offsets: let tifffile read page by page (and report the damage)
+    if offset is None and not planar:  # read page by page: the series must have its pages
+        _check_page_count(path, series, page_planes, axes, sizes)
     resolution = tuple(float(v) for v in page.resolution) if page.resolution else None
     meta = tif.imagej_metadata or {}
     spacing = meta.get("spacing")
@@ -296,7 +305,44 @@ def describe_volume(path: Path, tif) -> VolumeInfo:
         ome_xml=ome_xml,
         channel_names=tuple(ome_channel_names(ome_xml)),
         planar=planar,
+        page_planes=page_planes,
     )
+
+
+def _planes_per_page(path: Path, series, axes: str, sizes: tuple[int, ...]) -> int:
+    """How many (Y, X) planes each page of the series holds, in file order: 1 for a page per
+    plane; the page's samples when tifffile stored a shaped gray stack as RGB pages (a
+    `metadata={"axes": "ZYX"}` stack of 3 or 4 planes, or 3 or 4 pixels wide). Refuses pages
+    that do not hold whole planes."""
+    page_shape = tuple(series.keyframe.shape)
+    plane = sizes[-2] * sizes[-1]
+    page_size = math.prod(page_shape)
+    if not page_size or page_size % plane:
+        raise FileError(
+            path,
+            f"has pages of shape {'x'.join(str(n) for n in page_shape)} that do not hold whole "
+            f"{sizes[-2]}x{sizes[-1]} planes of its {axes} shape {_dims(sizes)}; "
+            "imgops cannot map them",
+        )
+    return page_size // plane
+
+
+def _check_page_count(
+    path: Path, series, page_planes: int, axes: str, sizes: tuple[int, ...]
+) -> None:
+    """Refuses a series read page by page with too few pages for the planes it names (the
+    contiguous data of the direct path needs no pages: a short file reads as truncated)."""
+    planes = math.prod(sizes[:-2])
+    if len(series) * page_planes < planes:
+        raise FileError(
+            path,
+            f"has {len(series)} page(s) of {page_planes} plane(s) each for the {planes} planes "
+            f"of its {axes} shape {_dims(sizes)} (damaged or inconsistent metadata)",
+        )
+
+
+def _dims(sizes: tuple[int, ...]) -> str:
+    return "x".join(str(n) for n in sizes)
 
 
 def _display_ranges(meta: dict, channels: int) -> tuple[tuple[float, float], ...] | None:
@@ -309,13 +355,13 @@ def _display_ranges(meta: dict, channels: int) -> tuple[tuple[float, float], ...
     return None
 
 
-def _contiguous_data_plausible(page, offset: int, shape, dtype) -> bool:
+def _contiguous_data_plausible(page, offset: int, shape, dtype, page_planes: int = 1) -> bool:
     """The direct path reads shape's bytes from `offset`: only when the first page's strips
-    start there (past the header), are contiguous and hold one plane. (A file that ends early
-    is still read directly: the read then reports it as truncated.)"""
-    slice_bytes = shape[1] * shape[2] * dtype.itemsize
+    start there (past the header), are contiguous and hold its `page_planes` planes. (A file
+    that ends early is still read directly: the read then reports it as truncated.)"""
+    page_bytes = page_planes * shape[1] * shape[2] * dtype.itemsize
     offsets, counts = tuple(page.dataoffsets), tuple(page.databytecounts)
-    if offset < 8 or not offsets or offsets[0] != offset or sum(counts) != slice_bytes:
+    if offset < 8 or not offsets or offsets[0] != offset or sum(counts) != page_bytes:
         return False
     return all(o + c == n for o, c, n in zip(offsets, counts, offsets[1:], strict=False))
 
@@ -338,6 +384,7 @@ class VolumeReader:
             raise FileError(self.path, f"not a readable TIFF ({_reason(error)})") from error
         self._fd = None
         self._zarr = None
+        self._held_page: tuple[int, np.ndarray] | None = None  # the last page read in part
         try:
             self.info = describe_volume(self.path, self._tif)
             self._series = self._tif.series[0]
@@ -361,6 +408,7 @@ class VolumeReader:
             os.close(self._fd)
             self._fd = None
         self._zarr = None
+        self._held_page = None
         self._tif.close()
 
     def read_into(self, start: int, out: np.ndarray) -> None:
@@ -403,10 +451,46 @@ class VolumeReader:
             out.byteswap(inplace=True)
 
     def _read_pages(self, start: int, out: np.ndarray) -> None:
-        """tifffile decodes the pages (in parallel threads; zlib and friends release the GIL)."""
-        self._check_strips(start, out.shape[0])
+        """tifffile decodes the pages (in parallel threads; zlib and friends release the GIL).
+        Pages of several planes: whole pages straight into `out`, a page the chunk holds only
+        part of through a buffer (kept, since the next chunk starts with the rest of it)."""
+        per = self.info.page_planes
+        if per == 1:
+            self._decode_pages(start, out)
+            return
+        stop, done = start + out.shape[0], 0
+        while start + done < stop:
+            plane = start + done
+            page, skip = divmod(plane, per)
+            whole = (stop - plane) // per if skip == 0 else 0
+            if whole:
+                self._decode_pages(page, out[done : done + whole * per])
+                done += whole * per
+                continue
+            take = min(per - skip, stop - plane)
+            out[done : done + take] = self._partial_page(page)[skip : skip + take]
+            done += take
+
+    def _partial_page(self, index: int) -> np.ndarray:
+        """Page `index` as (page_planes, Y, X), decoded once for the chunks that share it."""
+        import numpy as np
+
+        if self._held_page is None or self._held_page[0] != index:
+            planes = np.empty((self.info.page_planes, *self.info.shape[1:]), self.info.dtype)
+            self._held_page = None
+            self._decode_pages(index, planes)
+            self._held_page = (index, planes)
+        return self._held_page[1]
+
+    def _decode_pages(self, first: int, out: np.ndarray) -> None:
+        """Decodes pages first.. of the series into `out` (their planes, (k, Y, X))."""
+        count = out.shape[0] // self.info.page_planes
+        self._check_strips(first, count)
+        # tifffile fills (pages, *page shape) and sets that shape on the array it is given (one
+        # page: the page's own shape), so it gets a view: `out` keeps its (k, Y, X) shape.
+        view = out.reshape(count, *self._series.keyframe.shape)
         self._tif.asarray(
-            key=range(start, start + out.shape[0]), series=0, out=out, maxworkers=_DECODE_WORKERS
+            key=range(first, first + count), series=0, out=view, maxworkers=_DECODE_WORKERS
         )
 
     def _read_zarr(self, start: int, out: np.ndarray) -> None:
@@ -422,19 +506,32 @@ class VolumeReader:
             out[i] = self._zarr[index]
 
     def _check_strips(self, start: int, count: int) -> None:
-        """Refuses pages whose data would come from the file header or from past its end
+        """Refuses pages start..start+count that the file lacks (metadata naming more pages
+        than it holds) or whose data would come from the file header or from past its end
         (tifffile reads what the offsets say; a damaged offset would give wrong pixels)."""
         size = self._tif.filehandle.size
         pages = self._series.pages
+        per = self.info.page_planes
         for index in range(start, start + count):
-            page = pages[index] if index < len(pages) else None
-            if page is None:  # a shaped series of contiguous pages lists only the first
+            where = f"plane {index}"
+            if per > 1:
+                where = f"page {index} (planes {index * per}..{(index + 1) * per})"
+            try:
+                page = pages[index] if index < len(pages) else None
+            except IndexError:  # a shaped series finds its pages after its first one
+                raise FileError(
+                    self.path,
+                    f"is damaged or inconsistent: {where} is missing (its {self.info.axes} "
+                    f"metadata, shape {_dims(self.info.sizes)}, names {len(pages)} pages; "
+                    "the file holds fewer)",
+                ) from None
+            if page is None:  # a page tifffile lists as missing (OME, multi-file): not read
                 continue
             for offset, length in zip(page.dataoffsets, page.databytecounts, strict=False):
                 if length and (offset < 8 or offset + length > size):
                     raise FileError(
                         self.path,
-                        f"is damaged: plane {index} claims image data at bytes "
+                        f"is damaged: {where} claims image data at bytes "
                         f"{offset}..{offset + length} of a {size}-byte file",
                     )
 
