@@ -476,7 +476,7 @@ def test_the_command_line_prestarts_only_where_the_driver_engine_will_run(monkey
         driver_stage, "prestart", lambda index, threads: started.append((index, threads))
     )
     monkeypatch.setattr(device_choice, "driver_engine_usable", lambda op: op is GRAY)
-    monkeypatch.setattr(device_choice, "cuda_device_count", lambda: 2)
+    monkeypatch.setattr(device_choice, "cuda_device_count", lambda: pytest.fail("cuInit"))
     monkeypatch.setattr(device_choice.gpu_decode, "installed", lambda: True)
     gray_command._prestart_cuda(PipelineSettings(device="cuda:1", jobs=3))
     assert started == [(1, 3)]
@@ -485,12 +485,48 @@ def test_the_command_line_prestarts_only_where_the_driver_engine_will_run(monkey
         PipelineSettings(device="cpu", jobs=3),
         PipelineSettings(device="cuda", decoder="cpu", jobs=3),  # the torch engine
         PipelineSettings(device="auto", jobs=3, expected_files=many - 1),  # the CPU path
-        PipelineSettings(device="cuda:5", jobs=3),  # no such GPU: the batch says so
     ):
         gray_command._prestart_cuda(settings)
     assert started == [(1, 3)]
     gray_command._prestart_cuda(PipelineSettings(device="auto", jobs=3, expected_files=many))
     assert started == [(1, 3), (0, 3)]
+    # where the GPU exists, choose() agrees with the answer given without the driver
+    monkeypatch.setattr(device_choice, "cuda_device_count", lambda: 2)
+    for settings in (
+        PipelineSettings(device="cuda:1", jobs=3),
+        PipelineSettings(device="auto", jobs=3, expected_files=many),
+        PipelineSettings(device="auto", jobs=3, expected_files=many - 1),
+        PipelineSettings(device="cuda", decoder="cpu", jobs=3),
+    ):
+        index = device_choice.driver_gpu_if_present(settings, GRAY)
+        plan = device_choice.choose(settings, GRAY)
+        driver = plan.device.startswith("cuda") and plan.decoder == "gpu"
+        assert (index is not None) == driver and (index is None or index == plan.index)
     monkeypatch.setattr(device_choice.gpu_decode, "installed", lambda: False)
     gray_command._prestart_cuda(PipelineSettings(device="cuda", jobs=3))
     assert len(started) == 2
+
+
+@pytest.mark.parametrize("kept", [False, True])
+def test_the_command_line_leaves_with_its_code_and_flushed_output(kept: bool):
+    """After a batch whose CUDA stage was kept, the CLI leaves through os._exit: the exit code
+    and everything written to stdout and stderr (buffered, unterminated) still come out."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from imgops import cli\n"
+        "from imgops.engine import driver_stage\n"
+        f"if {kept}: driver_stage._kept.append(object())\n"
+        "sys.stdout.write('data on stdout'); sys.stderr.write('a line on stderr')\n"
+        "cli._leave(3)\n"
+        "print('not reached')\n"
+    )
+    src = str(Path(__file__).resolve().parent.parent / "src")
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+        env={**__import__("os").environ, "PYTHONPATH": src},
+    )  # fmt: skip
+    assert done.returncode == 3, done.stderr
+    assert done.stdout == "data on stdout" and done.stderr.endswith("a line on stderr")

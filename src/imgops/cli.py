@@ -5,7 +5,10 @@ torch, cv2 and tifffile are imported lazily, inside the commands, so `imgops --h
 
 from __future__ import annotations
 
+import contextlib
+import os
 import sys
+from typing import NoReturn
 
 import click
 
@@ -105,7 +108,7 @@ def main() -> None:
         error.show()
         sys.exit(error.exit_code)
     except click.exceptions.Exit as done:
-        sys.exit(done.exit_code)
+        _leave(done.exit_code)
     except BrokenPipeError:
         sys.exit(1)
     except Exception as error:  # anything unexpected: one line unless -v asks for the traceback
@@ -115,7 +118,23 @@ def main() -> None:
         click.echo(f"imgops: error: {type(error).__name__}: {error}", err=True)
         sys.exit(1)
     else:
-        sys.exit(result if isinstance(result, int) else 0)
+        _leave(result if isinstance(result, int) else 0)
+
+
+def _leave(code: int) -> NoReturn:
+    """sys.exit(code), except after a batch on the torch-free CUDA engine, whose stage was kept
+    (imgops.engine.driver_stage): then the captured warnings and the streams are flushed and
+    the process leaves through os._exit, skipping the interpreter's shutdown and the CUDA
+    driver's exit handlers, which would tear down a context and a decoder that the kernel
+    reclaims anyway. Every output is already complete (committed) by then."""
+    stage_module = sys.modules.get("imgops.engine.driver_stage")
+    if stage_module is None or not stage_module.holds_kept_stage():
+        sys.exit(code)
+    decoder_warnings.uninstall()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(code)
 
 
 if __name__ == "__main__":

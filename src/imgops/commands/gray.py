@@ -275,25 +275,18 @@ def _plan(
 
 def _prestart_cuda(settings) -> None:
     """Where the batch will run on the torch-free CUDA engine with nvImageCodec (`--device
-    cuda`, or `auto` on a large batch), its CUDA stage starts now, so the context and the
-    decoder's warm-up overlap OpenCV's import and the rest of the set-up
-    (imgops.engine.driver_stage.prestart). The batch's own choice is made again later."""
-    if settings.decoder != "auto" or settings.device == "cpu":
-        return
-    from ..engine.device import choose, driver_engine_usable
+    cuda`, or `auto` on a large batch), its CUDA stage starts now, so the driver's start, the
+    context and the decoder's warm-up overlap OpenCV's import and the rest of the set-up
+    (imgops.engine.driver_stage.prestart). The batch's own choice is made, and checked, later."""
+    from ..engine.device import driver_gpu_if_present
     from ..engine.ops import GRAY
 
-    if not driver_engine_usable(GRAY):
-        return
-    try:
-        plan = choose(settings, GRAY)
-    except Exception:  # the batch raises it again, with its own message
-        return
-    if plan.device.startswith("cuda") and plan.decoder == "gpu":
+    index = driver_gpu_if_present(settings, GRAY)
+    if index is not None:
         from ..engine.driver_stage import prestart
         from ..pipeline import default_jobs
 
-        prestart(plan.index, settings.jobs or default_jobs())
+        prestart(index, settings.jobs or default_jobs())
 
 
 def _run(plan, report, settings, verbose: bool, scheduler: str | None = None):

@@ -155,5 +155,21 @@ def _choose_auto(settings: PipelineSettings, op: Any = None) -> Plan:
     return Plan("cuda", decoder, f"auto: {files} files >= {CUDA_MIN_FILES} with {why}")
 
 
+def driver_gpu_if_present(settings: PipelineSettings, op: Any = None) -> int | None:
+    """The GPU on which choose() would run this batch on the torch-free engine with
+    nvImageCodec decoding, should that GPU exist; None where it would not. Decided without
+    the CUDA driver (cuInit takes ~0.3 s): the command line starts that engine's stage on
+    this answer (imgops.engine.driver_stage.prestart), and choose() still checks the GPU."""
+    device = settings.device
+    if settings.decoder != "auto" or device == "cpu" or not driver_engine_usable(op):
+        return None
+    if not gpu_decode.installed():
+        return None
+    if device == "auto":
+        files = settings.expected_files
+        return 0 if files is not None and files >= CUDA_MIN_FILES_DRIVER else None
+    return _index(device)
+
+
 def _index(device: str) -> int:
     return int(device.split(":")[1]) if ":" in device else 0

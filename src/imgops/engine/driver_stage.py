@@ -174,6 +174,11 @@ def take_prestarted(index: int) -> DriverStage | None:
         return _prestarted.pop(index, None)
 
 
+def holds_kept_stage() -> bool:
+    """Whether a stage was kept for the exit (the command line then leaves through os._exit)."""
+    return bool(_kept)
+
+
 def _keep_until_exit(stage: DriverStage) -> None:
     """Keeps `stage` (its decoder, stream and context) alive to the end of the process: one
     reference more than is ever dropped, so not even the interpreter's shutdown destroys it."""
