@@ -443,10 +443,9 @@ def test_a_prestarted_stage_is_adopted_and_kept_to_the_end_of_the_process(
     takes that stage (once), writes the CPU path's bytes, and keeps the stage at the end instead
     of releasing it (the process exits next; the release would hold the GIL)."""
     from imgops.engine import driver_stage
-    from imgops.io import gpu_decode
 
     decoder = FakeDecoder()
-    monkeypatch.setattr(gpu_decode, "BatchDecoder", lambda index, threads: decoder)
+    monkeypatch.setattr(driver_stage, "make_decoder", lambda index, threads: decoder)
     monkeypatch.setattr(driver_stage, "_kept", [])
     stage = driver_stage.prestart(0, 2)
     assert driver_stage.prestart(0, 2) is stage  # one stage per GPU
@@ -530,3 +529,29 @@ def test_the_command_line_leaves_with_its_code_and_flushed_output(kept: bool):
     )  # fmt: skip
     assert done.returncode == 3, done.stderr
     assert done.stdout == "data on stdout" and done.stderr.endswith("a line on stderr")
+
+
+@pytest.mark.skipif(
+    __import__("imgops.io.nvimgcodec_c").io.nvimgcodec_c.package_dir() is None,
+    reason="nvImageCodec not installed",
+)
+def test_the_c_api_decoder_decodes_into_the_stages_memory(tmp_path: Path, fake_driver):
+    """nvImageCodec through its C API (its CPU backend here) decodes into memory the stage
+    allocates in stream order; the engine frees every such buffer and writes the CPU bytes."""
+    from imgops.io.nvimgcodec_c import CDecoder
+
+    paths = PICTURES * 2
+    settings = PipelineSettings(device="cuda", jobs=2, batch_size=3)
+    engine = DriverEngine(
+        GRAY, settings, "cuda", 2, lambda: CDecoder(cpu_backend=True, threads=2), index=0
+    )
+    _wait_for_stage(engine)
+    results = _run(engine, paths, tmp_path / "dev")
+    expected = _cpu_bytes(paths, tmp_path / "cpu")
+    for name, data in expected.items():
+        assert (tmp_path / "dev" / name).read_bytes() == data, name
+    decoders = {r.decoder for name, r in results.items() if name.endswith(".jpg.png")}
+    assert decoders == {"nvimgcodec"}
+    device = FakeDevice.instances[-1]
+    assert device.blocks == {}  # the decoded images' memory too, freed in stream order
+    assert device.closed and engine.stage.decoder is None

@@ -68,7 +68,10 @@ class DriverEngine(DeviceEngine):
 
     # ---------------------------------------------------------------- the device thread
     def _decode_stream(self) -> int:
-        return self.stage.get().stream_handle()  # the stage starts in well under a second
+        stage = self.stage.get()  # the stage starts in well under a second
+        if self.decoder is not None and self.decoder is not stage.decoder:
+            stage.bind(self.decoder)  # --decoder gpu: made in run(), on the calling thread
+        return stage.stream_handle()
 
     def _first_batch(self, stage: Any, waiting: list[tuple[list[_Item], dict[int, Any]]]) -> None:
         """The pinned pool from the driver (its buffers freed at the end) and the row encoder;
@@ -96,12 +99,15 @@ class DriverEngine(DeviceEngine):
                 if i not in images:
                     continue
                 image = device_image(images[i])
-                keep.append(images[i])  # nvImageCodec owns it: alive until the batch's event
+                if image.owned:  # decoded into the stage's memory: freed in stream order
+                    owned.append(image.ptr)
+                else:
+                    keep.append(images[i])  # nvImageCodec owns it: alive to the batch's event
                 item.order = "rgb" if image.channels == 3 else None
                 item.result.decoder = "nvimgcodec"
                 item.result.shape, item.result.dtype = image.shape, "uint8"
                 out = self.op.driver(stage, image, item.order)  # type: ignore[misc]
-                if out.owned:
+                if out.owned and out is not image:  # (an op may pass its input through)
                     owned.append(out.ptr)
                 live.append((item, out))
             event = self._send_back(stage, live, owned, time.perf_counter() - start)

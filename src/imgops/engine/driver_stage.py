@@ -10,6 +10,7 @@ decoder's warm-up (about 0.8 s on the H200 host, the GIL released) then overlap 
 from __future__ import annotations
 
 import ctypes
+import os
 import threading
 from concurrent.futures import Future
 from dataclasses import dataclass
@@ -49,6 +50,8 @@ def device_image(image: Any) -> DeviceImage:
     """A DeviceImage viewing a decoded image without a copy: an nvImageCodec image in device
     memory (`__cuda_array_interface__`), or any host array (`__array_interface__`: the tests'
     stand-in decoder). uint8, (H, W), (H, W, 1) or interleaved (H, W, C), rows may be pitched."""
+    if isinstance(image, DeviceImage):  # imgops.io.nvimgcodec_c decodes into these
+        return image
     try:
         face = image.__cuda_array_interface__
     except (AttributeError, RuntimeError):  # a host image
@@ -99,12 +102,22 @@ class DriverStage:
                 except GpuDecoderUnavailable as error:  # decoder "auto": the CPU decodes
                     self.decoder_problem = str(error)
                 if self.decoder is not None:
+                    self.bind(self.decoder)
                     self.decoder.warm_up(self.stream.handle)
                     self.stream.synchronize()
         except BaseException as error:
             self.future.set_exception(error)
         else:
             self.future.set_result(self)
+
+    def bind(self, decoder: Any) -> None:
+        """Gives a decoder that decodes into memory of ours (imgops.io.nvimgcodec_c) the
+        stage's stream-ordered device memory; other decoders are left as they are."""
+        if hasattr(decoder, "use_memory"):
+            decoder.use_memory(
+                lambda nbytes: self.device.alloc(nbytes, self.stream),
+                lambda pointer: self.device.free(pointer, self.stream),
+            )
 
     def close(self, timeout: float = 60.0) -> None:
         """Waits for the start (at most `timeout`), drains the stream, then releases the
@@ -157,15 +170,26 @@ def prestart(index: int, threads: int) -> DriverStage:
     released, at the end (DriverStage.close)."""
 
     def decoder_factory() -> Any:
-        from ..io.gpu_decode import BatchDecoder
-
-        return BatchDecoder(index, threads=threads)
+        return make_decoder(index, threads)
 
     with _prestart_lock:
         stage = _prestarted.get(index)
         if stage is None:
             stage = _prestarted[index] = DriverStage(index, decoder_factory, release=False)
         return stage
+
+
+def make_decoder(index: int, threads: int, *, cpu_backend: bool = False) -> Any:
+    """The engine's GPU decoder: nvImageCodec through its C API (imgops.io.nvimgcodec_c: its
+    start and its calls release the GIL), or through its Python module with
+    IMGOPS_NVIMGCODEC_API=python (imgops.io.gpu_decode.BatchDecoder, for comparisons)."""
+    if os.environ.get("IMGOPS_NVIMGCODEC_API", "c") == "python":
+        from ..io.gpu_decode import BatchDecoder
+
+        return BatchDecoder(index, cpu_backend=cpu_backend, threads=threads)
+    from ..io.nvimgcodec_c import CDecoder
+
+    return CDecoder(index, cpu_backend=cpu_backend, threads=threads)
 
 
 def take_prestarted(index: int) -> DriverStage | None:

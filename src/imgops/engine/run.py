@@ -89,6 +89,10 @@ def device_engine(op: ImageOp, settings: PipelineSettings, plan: Plan, workers: 
     cuda = plan.device.startswith("cuda") and plan.decoder == "gpu" and not cpu_backend
     if cuda and driver_engine_usable(op):
         from .driver import DriverEngine
+        from .driver_stage import make_decoder
+
+        def decoder_factory():
+            return make_decoder(plan.index, workers)
 
         return DriverEngine(
             op, settings, plan.device, workers, decoder_factory, jpeg_factory, index=plan.index

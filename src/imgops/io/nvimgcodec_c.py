@@ -1,0 +1,504 @@
+"""nvImageCodec's JPEG decoder through its C API (ctypes), for the torch-free CUDA engine.
+
+Why not the Python module: `import nvidia.nvimgcodec` creates a library instance inside the
+module's initialisation, and on the H200 host that takes about 1 s (nvJPEG's start and its probe
+for a hardware JPEG encoder, per instance) with the GIL held, which stalls every other thread of
+imgops for that second. Here every library call is a ctypes call, which releases the GIL: the
+instance starts in the background while the first files take the CPU path at full speed.
+
+The decoder has the interface of imgops.io.gpu_decode.BatchDecoder (`accept`, `decode`,
+`warm_up`, `backend`) with one difference: the caller provides the output memory through
+`use_memory(allocate, free)` (the engine's stream-ordered device memory), and `decode` returns
+imgops.engine.driver_stage.DeviceImage objects that own it. With the CPU backend (the tests)
+the outputs are numpy arrays in host memory.
+
+The structures below follow nvimgcodec.h of nvImageCodec 0.9 (the header ships in the wheel;
+tests/test_nvimgcodec_c.py checks the layouts against it with a C compiler where one is found).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import importlib.util
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from .gpu_decode import GpuDecoderUnavailable, _quiet_stderr, jpeg_is_whole
+
+# nvimgcodecStructureType_t
+_INSTANCE_CREATE_INFO, _DECODE_PARAMS, _ORIENTATION = 2, 5, 7
+_IMAGE_INFO, _IMAGE_PLANE_INFO, _BACKEND, _BACKEND_PARAMS, _EXECUTION_PARAMS = 11, 12, 17, 29, 30
+# enums
+_CPU_ONLY, _GPU_ONLY, _HW_GPU_ONLY = 1, 2, 4  # nvimgcodecBackendKind_t
+_LOAD_HINT_FIXED = 2
+_DEVICE_CPU_ONLY = -99999
+_COLORSPEC_UNKNOWN, _COLORSPEC_SRGB, _COLORSPEC_GRAY, _COLORSPEC_SYCC = 0, 1, 2, 3
+_SAMPLEFORMAT_I_Y, _SAMPLEFORMAT_I_RGB = 4, 8
+_UINT8 = 0x0802
+_BUFFER_DEVICE, _BUFFER_HOST = 1, 2
+_PROCESSING_SUCCESS = 1
+_MAX_PLANES = 32
+
+
+class _Orientation(ctypes.Structure):
+    _fields_ = [
+        ("struct_type", ctypes.c_int),
+        ("struct_size", ctypes.c_size_t),
+        ("struct_next", ctypes.c_void_p),
+        ("rotated", ctypes.c_int),
+        ("flip_x", ctypes.c_int),
+        ("flip_y", ctypes.c_int),
+    ]
+
+
+class _PlaneInfo(ctypes.Structure):
+    _fields_ = [
+        ("struct_type", ctypes.c_int),
+        ("struct_size", ctypes.c_size_t),
+        ("struct_next", ctypes.c_void_p),
+        ("width", ctypes.c_uint32),
+        ("height", ctypes.c_uint32),
+        ("row_stride", ctypes.c_size_t),
+        ("num_channels", ctypes.c_uint32),
+        ("sample_type", ctypes.c_int),
+        ("precision", ctypes.c_uint8),
+    ]
+
+
+class _ImageInfo(ctypes.Structure):
+    _fields_ = [
+        ("struct_type", ctypes.c_int),
+        ("struct_size", ctypes.c_size_t),
+        ("struct_next", ctypes.c_void_p),
+        ("codec_name", ctypes.c_char * 256),
+        ("color_spec", ctypes.c_int),
+        ("chroma_subsampling", ctypes.c_int),
+        ("sample_format", ctypes.c_int),
+        ("orientation", _Orientation),
+        ("num_planes", ctypes.c_uint32),
+        ("plane_info", _PlaneInfo * _MAX_PLANES),
+        ("buffer", ctypes.c_void_p),
+        ("buffer_kind", ctypes.c_int),
+        ("cuda_stream", ctypes.c_void_p),
+    ]
+
+
+class _InstanceCreateInfo(ctypes.Structure):
+    _fields_ = [
+        ("struct_type", ctypes.c_int),
+        ("struct_size", ctypes.c_size_t),
+        ("struct_next", ctypes.c_void_p),
+        ("load_builtin_modules", ctypes.c_int),
+        ("load_extension_modules", ctypes.c_int),
+        ("extension_modules_path", ctypes.c_char_p),
+        ("create_debug_messenger", ctypes.c_int),
+        ("debug_messenger_desc", ctypes.c_void_p),
+        ("message_severity", ctypes.c_uint32),
+        ("message_category", ctypes.c_uint32),
+    ]
+
+
+class _BackendParams(ctypes.Structure):
+    _fields_ = [
+        ("struct_type", ctypes.c_int),
+        ("struct_size", ctypes.c_size_t),
+        ("struct_next", ctypes.c_void_p),
+        ("load_hint", ctypes.c_float),
+        ("load_hint_policy", ctypes.c_int),
+    ]
+
+
+class _Backend(ctypes.Structure):
+    _fields_ = [
+        ("struct_type", ctypes.c_int),
+        ("struct_size", ctypes.c_size_t),
+        ("struct_next", ctypes.c_void_p),
+        ("kind", ctypes.c_int),
+        ("params", _BackendParams),
+    ]
+
+
+class _ExecutionParams(ctypes.Structure):
+    _fields_ = [
+        ("struct_type", ctypes.c_int),
+        ("struct_size", ctypes.c_size_t),
+        ("struct_next", ctypes.c_void_p),
+        ("device_allocator", ctypes.c_void_p),
+        ("pinned_allocator", ctypes.c_void_p),
+        ("max_num_cpu_threads", ctypes.c_int),
+        ("executor", ctypes.c_void_p),
+        ("device_id", ctypes.c_int),
+        ("pre_init", ctypes.c_int),
+        ("skip_pre_sync", ctypes.c_int),
+        ("num_backends", ctypes.c_int),
+        ("backends", ctypes.POINTER(_Backend)),
+    ]
+
+
+class _DecodeParams(ctypes.Structure):
+    _fields_ = [
+        ("struct_type", ctypes.c_int),
+        ("struct_size", ctypes.c_size_t),
+        ("struct_next", ctypes.c_void_p),
+        ("apply_exif_orientation", ctypes.c_int),
+    ]
+
+
+def _new(cls: type, type_id: int, **values: Any) -> Any:
+    """A structure with its type and size set, then `values`."""
+    return cls(struct_type=type_id, struct_size=ctypes.sizeof(cls), **values)
+
+
+def version() -> str:
+    """The installed nvImageCodec's version, from the package metadata (no import)."""
+    from importlib import metadata
+
+    for name in ("nvidia-nvimgcodec-cu13", "nvidia-nvimgcodec-cu12"):
+        try:
+            return metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+    return "unknown"
+
+
+def package_dir() -> str | None:
+    """The folder of the installed nvidia.nvimgcodec package (found without importing it)."""
+    try:
+        spec = importlib.util.find_spec("nvidia.nvimgcodec")
+    except (ImportError, ValueError):
+        return None
+    return os.path.dirname(spec.origin) if spec is not None and spec.origin else None
+
+
+_library: Any = None
+
+
+def library() -> Any:
+    """libnvimgcodec from the installed wheel, its functions typed; GpuDecoderUnavailable
+    where it is missing."""
+    global _library
+    if _library is not None:
+        return _library
+    root = package_dir()
+    path = os.path.join(root, "libnvimgcodec.so.0") if root else None
+    if path is None or not os.path.exists(path):
+        from .gpu_decode import INSTALL_HINT
+
+        raise GpuDecoderUnavailable(f"nvImageCodec is not installed: {INSTALL_HINT}")
+    try:
+        lib = ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
+    except OSError as error:
+        raise GpuDecoderUnavailable(f"nvImageCodec failed to load: {error}") from None
+    handle, p = ctypes.c_void_p, ctypes.POINTER
+    signatures = {
+        "nvimgcodecInstanceCreate": [p(handle), p(_InstanceCreateInfo)],
+        "nvimgcodecInstanceDestroy": [handle],
+        "nvimgcodecDecoderCreate": [handle, p(handle), p(_ExecutionParams), ctypes.c_char_p],
+        "nvimgcodecDecoderDestroy": [handle],
+        "nvimgcodecCodeStreamCreateFromHostMem": [
+            handle,
+            p(handle),
+            ctypes.c_void_p,
+            ctypes.c_size_t,
+            ctypes.c_void_p,
+        ],  # fmt: skip
+        "nvimgcodecCodeStreamDestroy": [handle],
+        "nvimgcodecCodeStreamGetImageInfo": [handle, p(_ImageInfo)],
+        "nvimgcodecImageCreate": [handle, p(handle), p(_ImageInfo)],
+        "nvimgcodecImageDestroy": [handle],
+        "nvimgcodecDecoderDecode": [
+            handle,
+            p(handle),
+            p(handle),
+            ctypes.c_int,
+            p(_DecodeParams),
+            p(handle),
+        ],  # fmt: skip
+        "nvimgcodecFutureWaitForAll": [handle],
+        "nvimgcodecFutureGetProcessingStatus": [handle, p(ctypes.c_uint32), p(ctypes.c_size_t)],
+        "nvimgcodecFutureDestroy": [handle],
+    }
+    for name, args in signatures.items():
+        function = getattr(lib, name)
+        function.argtypes, function.restype = args, ctypes.c_int
+    _library = lib
+    return lib
+
+
+class NvImgCodecError(RuntimeError):
+    """A library call failed: `status` is its nvimgcodecStatus_t."""
+
+    def __init__(self, call: str, status: int) -> None:
+        super().__init__(f"{call} failed with nvImageCodec status {status}")
+        self.call, self.status = call, status
+
+
+def _check(call: str, status: int) -> None:
+    if status != 0:
+        raise NvImgCodecError(call, status)
+
+
+@dataclass
+class Candidate:
+    """A file the decoder accepted: its code stream (over `data`, kept alive with it), the
+    decoded size (after the EXIF orientation) and whether it is gray."""
+
+    stream: ctypes.c_void_p
+    data: bytes
+    width: int
+    height: int
+    gray: bool
+    owner: CDecoder
+    orientation: tuple[int, int, int] = (0, 0, 0)  # EXIF: rotated, flip_x, flip_y
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the decoded image (uint8, 1 or 3 channels, packed rows)."""
+        return self.width * self.height * (1 if self.gray else 3)
+
+    def __del__(self) -> None:
+        lib = _library
+        if lib is not None and self.stream:
+            lib.nvimgcodecCodeStreamDestroy(self.stream)
+            self.stream = ctypes.c_void_p()
+
+
+class CDecoder:
+    """One nvImageCodec instance and decoder (GPU: the hardware engine, then nvJPEG's CUDA
+    decoder; `cpu_backend`: the CPU backend, for tests). Not thread-safe for `decode` (the
+    engine's device thread owns it); `accept` may run on any thread."""
+
+    def __init__(self, device_id: int = 0, *, cpu_backend: bool = False, threads: int = 0):
+        lib = library()
+        self._lib = lib
+        self.cpu_backend = cpu_backend
+        self._instance = ctypes.c_void_p()
+        self._decoder = ctypes.c_void_p()
+        root = package_dir()
+        extensions = os.path.join(root, "extensions").encode() if root else None
+        info = _new(
+            _InstanceCreateInfo,
+            _INSTANCE_CREATE_INFO,
+            load_builtin_modules=1,
+            load_extension_modules=1,
+            extension_modules_path=extensions,
+        )
+        kinds = [_CPU_ONLY] if cpu_backend else [_HW_GPU_ONLY, _GPU_ONLY]
+        hint = _new(
+            _BackendParams, _BACKEND_PARAMS, load_hint=1.0, load_hint_policy=_LOAD_HINT_FIXED
+        )
+        backends = (_Backend * len(kinds))(
+            *[_new(_Backend, _BACKEND, kind=kind, params=hint) for kind in kinds]
+        )
+        params = _new(
+            _ExecutionParams,
+            _EXECUTION_PARAMS,
+            max_num_cpu_threads=threads,
+            device_id=_DEVICE_CPU_ONLY if cpu_backend else device_id,
+            num_backends=len(kinds),
+            backends=backends,
+        )
+        instance, decoder = ctypes.byref(self._instance), ctypes.byref(self._decoder)
+        try:
+            with _quiet_stderr():  # the loader's notes on optional codecs
+                status = lib.nvimgcodecInstanceCreate(instance, ctypes.byref(info))
+                _check("nvimgcodecInstanceCreate", status)
+                status = lib.nvimgcodecDecoderCreate(
+                    self._instance, decoder, ctypes.byref(params), None
+                )
+                _check("nvimgcodecDecoderCreate", status)
+        except NvImgCodecError as error:
+            self.close()
+            raise GpuDecoderUnavailable(
+                f"nvImageCodec {version()} cannot decode on GPU {device_id}: {error}"
+            ) from None
+        self._decode_params = _new(_DecodeParams, _DECODE_PARAMS, apply_exif_orientation=1)
+        self._allocate: Callable[[int], int] | None = None
+        self._free: Callable[[int], None] | None = None
+
+    @property
+    def backend(self) -> str:
+        """Which backends decode: "gpu" (hardware engine, else CUDA) or "cpu" (tests)."""
+        return "cpu" if self.cpu_backend else "gpu"
+
+    def use_memory(self, allocate: Callable[[int], int], free: Callable[[int], None]) -> None:
+        """Device memory for the outputs: allocate(nbytes) -> pointer, free(pointer), both
+        ordered on the stream that decode() is given (GPU backends)."""
+        self._allocate, self._free = allocate, free
+
+    def close(self) -> None:
+        """Destroys the decoder and the instance (the GIL released)."""
+        if self._decoder:
+            self._lib.nvimgcodecDecoderDestroy(self._decoder)
+            self._decoder = ctypes.c_void_p()
+        if self._instance:
+            self._lib.nvimgcodecInstanceDestroy(self._instance)
+            self._instance = ctypes.c_void_p()
+
+    def __del__(self) -> None:
+        self.close()
+
+    def warm_up(self, cuda_stream: int = 0) -> None:
+        """Decodes one small JPEG, so the backend's one-time set-up is paid before the first
+        real batch. Never raises."""
+        try:
+            import cv2
+            import numpy as np
+
+            ramp = np.add.outer(np.arange(96), np.arange(128)).astype(np.uint8)
+            image = np.dstack([ramp, ramp[::-1], 255 - ramp])
+            ok, data = cv2.imencode(".jpg", image)
+            candidate = self.accept(data.tobytes(), 1 << 20) if ok else None
+            if candidate is not None:
+                for out in self.decode([candidate], cuda_stream):
+                    self.release(out)
+        except Exception:  # a warm-up is an optimisation only
+            pass
+
+    def accept(self, data: bytes, max_pixels: int) -> Candidate | None:
+        """A Candidate when the GPU decodes this file like OpenCV would, else None (CPU):
+        8-bit JPEG, 1 component (gray) or 3 (YCbCr, or RGB), at most `max_pixels` pixels.
+        Never raises."""
+        if not data.startswith(b"\xff\xd8\xff") or not jpeg_is_whole(data):
+            return None
+        lib, stream = self._lib, ctypes.c_void_p()
+        status = lib.nvimgcodecCodeStreamCreateFromHostMem(
+            self._instance, ctypes.byref(stream), data, len(data), None
+        )
+        if status != 0:
+            return None
+        candidate = Candidate(stream, data, 0, 0, False, self)  # destroys the stream if refused
+        info = _new(_ImageInfo, _IMAGE_INFO)
+        if lib.nvimgcodecCodeStreamGetImageInfo(stream, ctypes.byref(info)) != 0:
+            return None
+        if info.codec_name != b"jpeg" or info.num_planes < 1:
+            return None
+        planes = info.plane_info[: info.num_planes]
+        channels = sum(plane.num_channels for plane in planes)
+        if any(plane.sample_type != _UINT8 or plane.precision not in (0, 8) for plane in planes):
+            return None
+        width, height = planes[0].width, planes[0].height
+        if not 0 < width * height <= max_pixels:
+            return None
+        if info.orientation.rotated in (90, 270):
+            width, height = height, width
+        candidate.width, candidate.height = width, height
+        turn = info.orientation
+        candidate.orientation = (turn.rotated, turn.flip_x, turn.flip_y)
+        spec = info.color_spec
+        if channels == 1 and spec in (_COLORSPEC_GRAY, _COLORSPEC_UNKNOWN):
+            candidate.gray = True
+            return candidate
+        if channels == 3 and spec in (_COLORSPEC_SYCC, _COLORSPEC_SRGB):
+            return candidate
+        return None  # CMYK, YCCK, 2 or 4 components, other colour specs
+
+    def decode(self, batch: Sequence[Candidate], cuda_stream: int = 0) -> list[Any]:
+        """Decodes a batch in one call; one entry per candidate: the image (a DeviceImage that
+        owns its device memory, or a numpy array with the CPU backend), or None (failed).
+
+        Colour images come back (H, W, 3) RGB, gray ones (H, W, 1), uint8, packed rows,
+        ordered on `cuda_stream`. A failed image's memory is freed here (stream-ordered).
+        """
+        if not batch:
+            return []
+        lib = self._lib
+        outputs: list[Any] = []
+        images = (ctypes.c_void_p * len(batch))()
+        streams = (ctypes.c_void_p * len(batch))(*[c.stream.value for c in batch])
+        try:
+            for i, candidate in enumerate(batch):
+                out, pointer = self._output(candidate)
+                outputs.append(out)
+                info = self._image_info(candidate, pointer, cuda_stream)
+                image = ctypes.c_void_p()
+                status = lib.nvimgcodecImageCreate(
+                    self._instance, ctypes.byref(image), ctypes.byref(info)
+                )
+                _check("nvimgcodecImageCreate", status)
+                images[i] = image.value
+            statuses = self._run(streams, images, len(batch))
+        except Exception:
+            for out in outputs:
+                self.release(out)
+            raise
+        finally:
+            for image in images:
+                if image:
+                    lib.nvimgcodecImageDestroy(image)
+        results: list[Any] = []
+        for out, status in zip(outputs, statuses, strict=True):
+            if status == _PROCESSING_SUCCESS:
+                results.append(out)
+            else:
+                self.release(out)
+                results.append(None)
+        return results
+
+    def release(self, out: Any) -> None:
+        """Frees a decoded image's memory (device images; host arrays are garbage-collected)."""
+        if out is not None and getattr(out, "owned", False) and self._free is not None:
+            self._free(out.ptr)
+            out.owned = False
+
+    # ------------------------------------------------------------------ internals
+    def _output(self, candidate: Candidate) -> tuple[Any, int]:
+        """The output of one image: memory from use_memory() as a DeviceImage that owns it
+        (host memory with the CPU backend: the tests' stand-in driver), else (CPU backend)
+        a numpy array."""
+        channels = 1 if candidate.gray else 3
+        if self._allocate is None:
+            if not self.cpu_backend:
+                raise RuntimeError("CDecoder.decode on a GPU needs use_memory() first")
+            import numpy as np
+
+            array = np.empty((candidate.height, candidate.width, channels), np.uint8)
+            return array, array.ctypes.data
+        from ..engine.driver_stage import DeviceImage
+
+        pitch = candidate.width * channels
+        pointer = self._allocate(max(1, pitch * candidate.height))
+        image = DeviceImage(pointer, candidate.width, candidate.height, channels, pitch, True)
+        return image, pointer
+
+    def _image_info(self, candidate: Candidate, pointer: int, cuda_stream: int) -> _ImageInfo:
+        channels = 1 if candidate.gray else 3
+        rotated, flip_x, flip_y = candidate.orientation
+        # the stream's EXIF orientation, which apply_exif_orientation then applies
+        turn = _new(_Orientation, _ORIENTATION, rotated=rotated, flip_x=flip_x, flip_y=flip_y)
+        info = _new(
+            _ImageInfo,
+            _IMAGE_INFO,
+            color_spec=_COLORSPEC_GRAY if candidate.gray else _COLORSPEC_SRGB,
+            sample_format=_SAMPLEFORMAT_I_Y if candidate.gray else _SAMPLEFORMAT_I_RGB,
+            orientation=turn,
+            num_planes=1,
+            buffer=pointer,
+            buffer_kind=_BUFFER_HOST if self.cpu_backend else _BUFFER_DEVICE,
+            cuda_stream=cuda_stream or None,
+        )
+        plane = info.plane_info[0]
+        plane.struct_type, plane.struct_size = _IMAGE_PLANE_INFO, ctypes.sizeof(_PlaneInfo)
+        plane.width, plane.height = candidate.width, candidate.height
+        plane.row_stride = candidate.width * channels
+        plane.num_channels, plane.sample_type, plane.precision = channels, _UINT8, 8
+        return info
+
+    def _run(self, streams: Any, images: Any, count: int) -> list[int]:
+        lib, future = self._lib, ctypes.c_void_p()
+        params = ctypes.byref(self._decode_params)
+        status = lib.nvimgcodecDecoderDecode(
+            self._decoder, streams, images, count, params, ctypes.byref(future)
+        )
+        _check("nvimgcodecDecoderDecode", status)
+        try:
+            _check("nvimgcodecFutureWaitForAll", lib.nvimgcodecFutureWaitForAll(future))
+            statuses = (ctypes.c_uint32 * count)()
+            size = ctypes.c_size_t(count)
+            status = lib.nvimgcodecFutureGetProcessingStatus(future, statuses, ctypes.byref(size))
+            _check("nvimgcodecFutureGetProcessingStatus", status)
+            return list(statuses[: size.value]) + [0] * (count - size.value)
+        finally:
+            lib.nvimgcodecFutureDestroy(future)

@@ -1,0 +1,256 @@
+"""nvImageCodec through its C API (imgops.io.nvimgcodec_c), on its CPU backend (no GPU needed).
+
+Checked here: the ctypes structures against the wheel's own header (compiled with the C
+compiler, where there is one), the decoder's acceptance against the Python module's, its pixels
+against OpenCV's (EXIF orientations included), that its calls release the GIL, and the
+torch-free engine running on it with the stand-in driver. The GPU backends run in
+tests/test_cuda_driver.py and scripts/gpu-check.d on the GPU machine.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import io
+import shutil
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import cv2
+import numpy as np
+import pytest
+
+from imgops.io import gpu_decode, nvimgcodec_c
+
+SAMPLES = Path(__file__).resolve().parent.parent / "samples"
+JPEGS = sorted(SAMPLES.glob("*.jpg"))
+pytestmark = pytest.mark.skipif(
+    nvimgcodec_c.package_dir() is None, reason="nvImageCodec not installed"
+)
+
+
+def _odd_files(folder: Path) -> dict[str, bytes]:
+    """EXIF orientations 1..8, CMYK, truncated, not-JPEG, PNG and TIFF inputs."""
+    from PIL import Image
+
+    rgb = cv2.imread(str(SAMPLES / "rocket_baseline_rgb.jpg"))[:90, :130, ::-1].copy()
+    files = {}
+    for orientation in range(1, 9):
+        exif = Image.Exif()
+        exif[0x0112] = orientation
+        buffer = io.BytesIO()
+        Image.fromarray(rgb).save(buffer, "JPEG", quality=90, exif=exif.tobytes())
+        files[f"exif{orientation}.jpg"] = buffer.getvalue()
+    buffer = io.BytesIO()
+    Image.fromarray(rgb).convert("CMYK").save(buffer, "JPEG", quality=90)
+    files["cmyk.jpg"] = buffer.getvalue()
+    whole = (SAMPLES / "rocket_baseline_rgb.jpg").read_bytes()
+    files["truncated.jpg"] = whole[: len(whole) // 2]
+    files["notjpeg.jpg"] = b"\xff\xd8\xff\xe0" + b"\x00" * 64
+    files["coffee_rgb.png"] = (SAMPLES / "coffee_rgb.png").read_bytes()
+    files["mri_dwi_b0_u16.tif"] = (SAMPLES / "mri_dwi_b0_u16.tif").read_bytes()
+    return files
+
+
+@pytest.fixture(scope="module")
+def decoder() -> nvimgcodec_c.CDecoder:
+    return nvimgcodec_c.CDecoder(cpu_backend=True, threads=2)
+
+
+def _opencv(data: bytes, gray: bool) -> np.ndarray:
+    flag = cv2.IMREAD_GRAYSCALE if gray else cv2.IMREAD_COLOR
+    return cv2.imdecode(np.frombuffer(data, np.uint8), flag)
+
+
+def test_the_structures_match_the_wheels_header(tmp_path: Path):
+    compiler = shutil.which("cc") or shutil.which("gcc")
+    header = Path(nvimgcodec_c.package_dir() or "", "include", "nvimgcodec.h")
+    if compiler is None or not header.exists():
+        pytest.skip("no C compiler or no nvimgcodec.h")
+    (tmp_path / "cuda_runtime_api.h").write_text("typedef struct CUstream_st* cudaStream_t;\n")
+    fields = [
+        ("nvimgcodecImageInfo_t", nvimgcodec_c._ImageInfo),
+        ("nvimgcodecImagePlaneInfo_t", nvimgcodec_c._PlaneInfo),
+        ("nvimgcodecOrientation_t", nvimgcodec_c._Orientation),
+        ("nvimgcodecInstanceCreateInfo_t", nvimgcodec_c._InstanceCreateInfo),
+        ("nvimgcodecBackendParams_t", nvimgcodec_c._BackendParams),
+        ("nvimgcodecBackend_t", nvimgcodec_c._Backend),
+        ("nvimgcodecExecutionParams_t", nvimgcodec_c._ExecutionParams),
+        ("nvimgcodecDecodeParams_t", nvimgcodec_c._DecodeParams),
+    ]
+    lines = []
+    expected = []
+    for c_name, ours in fields:
+        lines.append(f'printf("%zu\\n", sizeof({c_name}));')
+        expected.append(ctypes.sizeof(ours))
+        for name, *_ in ours._fields_:
+            lines.append(f'printf("%zu\\n", offsetof({c_name}, {name}));')
+            expected.append(getattr(ours, name).offset)
+    constants = {
+        "NVIMGCODEC_STRUCTURE_TYPE_INSTANCE_CREATE_INFO": nvimgcodec_c._INSTANCE_CREATE_INFO,
+        "NVIMGCODEC_STRUCTURE_TYPE_DECODE_PARAMS": nvimgcodec_c._DECODE_PARAMS,
+        "NVIMGCODEC_STRUCTURE_TYPE_ORIENTATION": nvimgcodec_c._ORIENTATION,
+        "NVIMGCODEC_STRUCTURE_TYPE_IMAGE_INFO": nvimgcodec_c._IMAGE_INFO,
+        "NVIMGCODEC_STRUCTURE_TYPE_IMAGE_PLANE_INFO": nvimgcodec_c._IMAGE_PLANE_INFO,
+        "NVIMGCODEC_STRUCTURE_TYPE_BACKEND": nvimgcodec_c._BACKEND,
+        "NVIMGCODEC_STRUCTURE_TYPE_BACKEND_PARAMS": nvimgcodec_c._BACKEND_PARAMS,
+        "NVIMGCODEC_STRUCTURE_TYPE_EXECUTION_PARAMS": nvimgcodec_c._EXECUTION_PARAMS,
+        "NVIMGCODEC_BACKEND_KIND_CPU_ONLY": nvimgcodec_c._CPU_ONLY,
+        "NVIMGCODEC_BACKEND_KIND_GPU_ONLY": nvimgcodec_c._GPU_ONLY,
+        "NVIMGCODEC_BACKEND_KIND_HW_GPU_ONLY": nvimgcodec_c._HW_GPU_ONLY,
+        "NVIMGCODEC_DEVICE_CPU_ONLY": nvimgcodec_c._DEVICE_CPU_ONLY,
+        "NVIMGCODEC_COLORSPEC_SRGB": nvimgcodec_c._COLORSPEC_SRGB,
+        "NVIMGCODEC_COLORSPEC_GRAY": nvimgcodec_c._COLORSPEC_GRAY,
+        "NVIMGCODEC_COLORSPEC_SYCC": nvimgcodec_c._COLORSPEC_SYCC,
+        "NVIMGCODEC_SAMPLEFORMAT_I_Y": nvimgcodec_c._SAMPLEFORMAT_I_Y,
+        "NVIMGCODEC_SAMPLEFORMAT_I_RGB": nvimgcodec_c._SAMPLEFORMAT_I_RGB,
+        "NVIMGCODEC_SAMPLE_DATA_TYPE_UINT8": nvimgcodec_c._UINT8,
+        "NVIMGCODEC_IMAGE_BUFFER_KIND_STRIDED_DEVICE": nvimgcodec_c._BUFFER_DEVICE,
+        "NVIMGCODEC_IMAGE_BUFFER_KIND_STRIDED_HOST": nvimgcodec_c._BUFFER_HOST,
+        "NVIMGCODEC_PROCESSING_STATUS_SUCCESS": nvimgcodec_c._PROCESSING_SUCCESS,
+        "NVIMGCODEC_LOAD_HINT_POLICY_FIXED": nvimgcodec_c._LOAD_HINT_FIXED,
+    }
+    for name, value in constants.items():
+        lines.append(f'printf("%lld\\n", (long long){name});')
+        expected.append(value)
+    source = tmp_path / "layout.c"
+    source.write_text(
+        '#include <stdio.h>\n#include <stddef.h>\n#include "nvimgcodec.h"\n'
+        "int main(void) {\n" + "\n".join(lines) + "\nreturn 0;\n}\n"
+    )
+    binary = tmp_path / "layout"
+    build = subprocess.run(
+        [compiler, f"-I{tmp_path}", f"-I{header.parent}", str(source), "-o", str(binary)],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert build.returncode == 0, build.stderr
+    printed = subprocess.run([str(binary)], capture_output=True, text=True, check=True)
+    assert [int(v) for v in printed.stdout.split()] == expected
+
+
+def test_accept_agrees_with_the_python_module(tmp_path: Path, decoder):
+    python = gpu_decode.BatchDecoder(cpu_backend=True)
+    files = {p.name: p.read_bytes() for p in JPEGS} | _odd_files(tmp_path)
+    accepted = set()
+    for name, data in files.items():
+        ours, theirs = decoder.accept(data, 1 << 28), python.accept(data, 1 << 28)
+        assert (ours is None) == (theirs is None), name
+        if ours is not None:
+            accepted.add(name)
+            assert (ours.gray, ours.nbytes) == (theirs.gray, theirs.nbytes), name
+    assert accepted == {p.name for p in JPEGS} | {f"exif{o}.jpg" for o in range(1, 9)}
+    photo = (SAMPLES / "flower_progressive_3mp.jpg").read_bytes()
+    assert decoder.accept(photo, 1000) is None  # over the pixel limit: OpenCV says why
+
+
+def test_decodes_like_opencv_with_exif_orientation(tmp_path: Path, decoder):
+    files = {p.name: p.read_bytes() for p in JPEGS} | _odd_files(tmp_path)
+    candidates = {n: decoder.accept(d, 1 << 28) for n, d in files.items()}
+    names = [n for n, c in candidates.items() if c is not None]
+    decoded = decoder.decode([candidates[n] for n in names])
+    assert len(decoded) == len(names)
+    for name, image in zip(names, decoded, strict=True):
+        gray = candidates[name].gray
+        expected = _opencv(files[name], gray)
+        assert image is not None, name
+        got = image[..., 0] if gray else image[..., ::-1]  # RGB -> OpenCV's BGR
+        assert got.shape == expected.shape, name
+        np.testing.assert_array_equal(got, expected, err_msg=name)
+
+
+def test_a_corrupt_file_in_a_batch_fails_alone(decoder):
+    good = (SAMPLES / "rocket_baseline_rgb.jpg").read_bytes()
+    # whole in structure (headers, scan, end marker) but garbage entropy-coded data
+    start = good.index(b"\xff\xda")
+    length = int.from_bytes(good[start + 2 : start + 4], "big")
+    scan = start + 2 + length
+    bad = good[:scan] + bytes([0xFF, 0x00] * ((len(good) - 2 - scan) // 2)) + b"\xff\xd9"
+    candidates = [decoder.accept(good, 1 << 28), decoder.accept(bad, 1 << 28)]
+    if candidates[1] is None:
+        pytest.skip("the corrupt stand-in is refused before decoding")
+    out = decoder.decode(candidates)
+    assert out[0] is not None
+    np.testing.assert_array_equal(out[0][..., ::-1], _opencv(good, False))
+
+
+def test_the_decoder_starts_and_decodes_without_holding_the_gil():
+    """A pure-Python thread keeps running while the instance starts and while a batch decodes
+    (the Python module's import holds the GIL for its whole start)."""
+    ticks = 0
+    stop = threading.Event()
+
+    def tick() -> None:
+        nonlocal ticks
+        while not stop.is_set():
+            ticks += 1
+            time.sleep(0.0005)
+
+    runner = threading.Thread(target=tick)
+    runner.start()
+    try:
+        ticks = 0
+        start = time.perf_counter()
+        fresh = nvimgcodec_c.CDecoder(cpu_backend=True, threads=1)
+        data = (SAMPLES / "flower_progressive_3mp.jpg").read_bytes()
+        batch = [fresh.accept(data, 1 << 28) for _ in range(4)]
+        fresh.decode(batch)
+        took = time.perf_counter() - start
+    finally:
+        stop.set()
+        runner.join()
+    # sleeping 0.5 ms a tick, a thread that gets the GIL ticks hundreds of times a second
+    assert ticks >= 0.2 * took / 0.0005 or ticks >= 50, (ticks, took)
+
+
+def test_gpu_decoding_without_memory_is_refused():
+    fresh = nvimgcodec_c.CDecoder(cpu_backend=True, threads=1)
+    fresh.cpu_backend = False  # as on a GPU: outputs must come from use_memory()
+    candidate = fresh.accept((SAMPLES / "rocket_baseline_rgb.jpg").read_bytes(), 1 << 28)
+    with pytest.raises(RuntimeError, match="use_memory"):
+        fresh.decode([candidate])
+
+
+@pytest.mark.cuda
+def test_on_the_gpu_it_decodes_what_the_python_module_decodes(tmp_path: Path):
+    """GPU backends (hardware engine, then CUDA): the C API binding gives the Python module's
+    pixels exactly, into stream-ordered memory of ours, and stays within 2 levels of OpenCV."""
+    from imgops.engine import cuda_driver
+
+    if not cuda_driver.driver_available():
+        pytest.skip("the CUDA driver sees no GPU")
+    device = cuda_driver.Device(0)
+    stream = device.stream()
+    ours = nvimgcodec_c.CDecoder(0, threads=4)
+    ours.use_memory(lambda n: device.alloc(n, stream), lambda p: device.free(p, stream))
+    theirs = gpu_decode.BatchDecoder(0, threads=4)
+    files = {p.name: p.read_bytes() for p in JPEGS} | _odd_files(tmp_path)
+    names = [n for n in files if ours.accept(files[n], 1 << 28) is not None]
+    assert {f"exif{o}.jpg" for o in range(1, 9)} <= set(names)
+    decoded = ours.decode([ours.accept(files[n], 1 << 28) for n in names], stream.handle)
+    reference = theirs.decode([theirs.accept(files[n], 1 << 28) for n in names], stream.handle)
+    stream.synchronize()
+    for name, image, other in zip(names, decoded, reference, strict=True):
+        assert image is not None and other is not None, name
+        host = np.empty((image.height, image.width, image.channels), np.uint8)
+        device.copy_to_host(host.ctypes.data, image.ptr, host.nbytes, stream)
+        face = other.__cuda_array_interface__
+        expected = np.empty(face["shape"], np.uint8)
+        pitch = face["strides"][0] if face.get("strides") else host.shape[1] * host.shape[2]
+        for row in range(expected.shape[0]):
+            device.copy_to_host(
+                expected[row].ctypes.data, face["data"][0] + row * pitch, expected[row].nbytes,
+                stream,
+            )  # fmt: skip
+        stream.synchronize()
+        np.testing.assert_array_equal(host, expected.reshape(host.shape), err_msg=name)
+        gray = image.channels == 1
+        cpu = _opencv(files[name], gray)
+        cpu = cpu[..., None] if gray else cpu[..., ::-1]
+        assert np.abs(host.astype(int) - cpu).max() <= 2, name
+        ours.release(image)
+    stream.synchronize()
+    del reference, theirs
+    ours.close()
+    stream.close()
+    device.close()
