@@ -555,3 +555,54 @@ def test_the_c_api_decoder_decodes_into_the_stages_memory(tmp_path: Path, fake_d
     device = FakeDevice.instances[-1]
     assert device.blocks == {}  # the decoded images' memory too, freed in stream order
     assert device.closed and engine.stage.decoder is None
+
+
+def test_a_failed_or_unused_prestarted_stage_is_never_adopted(
+    tmp_path: Path, fake_driver, monkeypatch
+):
+    """A prestarted stage that failed (no GPU) or that no engine took (the batch stopped before
+    its engine) is not adopted by a later batch of the same process."""
+    from imgops.engine import driver_stage
+
+    monkeypatch.setattr(driver_stage, "make_decoder", lambda index, threads: FakeDecoder())
+
+    def no_gpu(index: int = 0):
+        raise cuda_driver.CudaError(100, "cuInit")
+
+    monkeypatch.setattr(cuda_driver, "Device", no_gpu)
+    failed = driver_stage.prestart(0, 2)
+    with pytest.raises(cuda_driver.CudaError):
+        failed.future.result(timeout=20)
+    monkeypatch.setattr(cuda_driver, "Device", FakeDevice)
+    engine = _engine(PipelineSettings(device="cuda", jobs=2), FakeDecoder())
+    assert engine.stage is not failed
+    _wait_for_stage(engine)
+    results = _run(engine, JPEGS, tmp_path / "dev")
+    assert {r.status for r in results.values()} == {"written"}
+    driver_stage.prestart(0, 2)
+    driver_stage.discard_prestarted()
+    assert driver_stage.take_prestarted(0) is None
+
+
+def test_gray_on_a_missing_gpu_leaves_no_prestarted_stage(tmp_path: Path, monkeypatch):
+    from click.testing import CliRunner
+
+    from imgops.cli import cli
+    from imgops.engine import device as device_choice
+    from imgops.engine import driver_stage
+
+    monkeypatch.setattr(device_choice, "driver_engine_usable", lambda op: op is GRAY)
+    monkeypatch.setattr(device_choice.gpu_decode, "installed", lambda: True)
+    monkeypatch.setattr(device_choice, "cuda_device_count", lambda: 0)
+    made: list[object] = []
+    real_prestart = driver_stage.prestart
+    monkeypatch.setattr(
+        driver_stage, "prestart", lambda index, threads: made.append(real_prestart(index, threads))
+    )
+    source = tmp_path / "in.jpg"
+    source.write_bytes(JPEGS[0].read_bytes())
+    done = CliRunner().invoke(cli, ["gray", str(source), "-o", str(tmp_path / "out.png"),
+                                    "--device", "cuda", "-q"])  # fmt: skip
+    assert done.exit_code == 1 and "no CUDA GPU" in done.output, done.output
+    assert len(made) == 1 and driver_stage._prestarted == {}
+    assert not (tmp_path / "out.png").exists()

@@ -224,7 +224,10 @@ def gray(
     if output_dir is not None:
         make_output_folders(plan)
     report_plan(plan, report)
-    summary = _run(plan, report, settings, verbose, scheduler) if plan.tasks else None
+    try:
+        summary = _run(plan, report, settings, verbose, scheduler) if plan.tasks else None
+    finally:
+        _discard_prestarted()
     if summary is not None:
         if summary.device is not None:
             if scheduler is None:
@@ -287,6 +290,13 @@ def _prestart_cuda(settings) -> None:
         from ..pipeline import default_jobs
 
         prestart(index, settings.jobs or default_jobs())
+
+
+def _discard_prestarted() -> None:
+    """No prestarted CUDA stage outlives its command (imgops.engine.driver_stage)."""
+    stages = sys.modules.get("imgops.engine.driver_stage")
+    if stages is not None:
+        stages.discard_prestarted()
 
 
 def _run(plan, report, settings, verbose: bool, scheduler: str | None = None):

@@ -193,9 +193,20 @@ def make_decoder(index: int, threads: int, *, cpu_backend: bool = False) -> Any:
 
 
 def take_prestarted(index: int) -> DriverStage | None:
-    """The stage prestart() made for GPU `index` (once; None if there is none)."""
+    """The stage prestart() made for GPU `index` (once; None if there is none, or if it
+    failed to start: the engine then starts its own and reports why)."""
     with _prestart_lock:
-        return _prestarted.pop(index, None)
+        stage = _prestarted.pop(index, None)
+    if stage is not None and stage.future.done() and stage.future.exception() is not None:
+        return None
+    return stage
+
+
+def discard_prestarted() -> None:
+    """Forgets the stages no engine took (a batch that failed before its engine started), so
+    that no later batch in this process adopts one."""
+    with _prestart_lock:
+        _prestarted.clear()
 
 
 def holds_kept_stage() -> bool:
