@@ -224,14 +224,30 @@ def test_on_the_gpu_it_decodes_what_the_python_module_decodes(tmp_path: Path):
     ours = nvimgcodec_c.CDecoder(0, threads=4)
     ours.use_memory(lambda n: device.alloc(n, stream), lambda p: device.free(p, stream))
     theirs = gpu_decode.BatchDecoder(0, threads=4)
+    try:
+        _compare_on_the_gpu(tmp_path, device, stream, ours, theirs)
+    finally:
+        stream.synchronize()
+        theirs = None
+        ours.close()
+        stream.close()
+        device.close()
+
+
+def _compare_on_the_gpu(tmp_path: Path, device, stream, ours, theirs) -> None:
     files = {p.name: p.read_bytes() for p in JPEGS} | _odd_files(tmp_path)
     names = [n for n in files if ours.accept(files[n], 1 << 28) is not None]
     assert {f"exif{o}.jpg" for o in range(1, 9)} <= set(names)
     decoded = ours.decode([ours.accept(files[n], 1 << 28) for n in names], stream.handle)
     reference = theirs.decode([theirs.accept(files[n], 1 << 28) for n in names], stream.handle)
     stream.synchronize()
+    compared = 0
     for name, image, other in zip(names, decoded, reference, strict=True):
-        assert image is not None and other is not None, name
+        # what the GPU backends refuse (the engine sends it to the CPU path) they refuse alike
+        assert (image is None) == (other is None), name
+        if image is None:
+            continue
+        compared += 1
         host = np.empty((image.height, image.width, image.channels), np.uint8)
         device.copy_to_host(host.ctypes.data, image.ptr, host.nbytes, stream)
         face = other.__cuda_array_interface__
@@ -249,8 +265,4 @@ def test_on_the_gpu_it_decodes_what_the_python_module_decodes(tmp_path: Path):
         cpu = cpu[..., None] if gray else cpu[..., ::-1]
         assert np.abs(host.astype(int) - cpu).max() <= 2, name
         ours.release(image)
-    stream.synchronize()
-    del reference, theirs
-    ours.close()
-    stream.close()
-    device.close()
+    assert compared >= len(names) - 2, (compared, names)

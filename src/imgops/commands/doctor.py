@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import click
@@ -93,7 +94,12 @@ def cuda_engine_info() -> str:
             return "torch (imgops was built without its fatbin kernels, _device_kernels.fatbin)"
         return "torch (IMGOPS_CUDA_ENGINE=torch)"
     where = "" if cuda_driver.driver_available() else "; no CUDA driver or GPU on this machine"
-    return f"torch-free: fatbin kernels through the CUDA driver, nvImageCodec decode{where}"
+    api = os.environ.get("IMGOPS_NVIMGCODEC_API", "c")
+    decoder = "its Python module" if api == "python" else "its C API"
+    return (
+        f"torch-free: fatbin kernels through the CUDA driver, nvImageCodec decode through "
+        f"{decoder}{where}"
+    )
 
 
 def cli_kernels_built() -> bool:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import ctypes
 import importlib.util
 import os
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -260,7 +261,7 @@ class Candidate:
 
     def __del__(self) -> None:
         lib = _library
-        if lib is not None and self.stream:
+        if lib is not None and self.stream and not sys.is_finalizing():
             lib.nvimgcodecCodeStreamDestroy(self.stream)
             self.stream = ctypes.c_void_p()
 
@@ -338,7 +339,10 @@ class CDecoder:
             self._instance = ctypes.c_void_p()
 
     def __del__(self) -> None:
-        self.close()
+        # Not while the interpreter shuts down: the CUDA context it decoded in may be gone by
+        # then, and the process's exit frees everything anyway.
+        if not sys.is_finalizing():
+            self.close()
 
     def warm_up(self, cuda_stream: int = 0) -> None:
         """Decodes one small JPEG, so the backend's one-time set-up is paid before the first
