@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import ctypes
 import functools
-import importlib.util
 import os
 import sys
 import threading
 import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
+from imgops.io import nvimgcodec_c  # noqa: E402  (its structures; it imports no nvImageCodec)
 
 ticks = 0
 stop = False
@@ -24,21 +27,6 @@ def ticker() -> None:
     while not stop:
         ticks += 1
         time.sleep(0.001)
-
-
-class CreateInfo(ctypes.Structure):
-    _fields_ = [
-        ("struct_type", ctypes.c_int),
-        ("struct_size", ctypes.c_size_t),
-        ("struct_next", ctypes.c_void_p),
-        ("load_builtin_modules", ctypes.c_int),
-        ("load_extension_modules", ctypes.c_int),
-        ("extension_modules_path", ctypes.c_char_p),
-        ("create_debug_messenger", ctypes.c_int),
-        ("debug_messenger_desc", ctypes.c_void_p),
-        ("message_severity", ctypes.c_uint32),
-        ("message_category", ctypes.c_uint32),
-    ]
 
 
 def step(what: str, fn):
@@ -53,7 +41,7 @@ def step(what: str, fn):
 
 def main() -> None:
     threading.Thread(target=ticker, daemon=True).start()
-    root = os.path.dirname(importlib.util.find_spec("nvidia.nvimgcodec").origin)
+    root = nvimgcodec_c.package_dir()
     if "--context" in sys.argv:
         cuda = ctypes.CDLL("libcuda.so.1")
         ctx = ctypes.c_void_p()
@@ -69,7 +57,13 @@ def main() -> None:
     extensions = os.path.join(root, "extensions").encode()
     instances = []
     for i in range(count):
-        info = CreateInfo(2, ctypes.sizeof(CreateInfo), None, 1, 1, extensions, 0, None, 0, 0)
+        info = nvimgcodec_c._new(
+            nvimgcodec_c._InstanceCreateInfo,
+            nvimgcodec_c._INSTANCE_CREATE_INFO,
+            load_builtin_modules=1,
+            load_extension_modules=1,
+            extension_modules_path=extensions,
+        )
         handle = ctypes.c_void_p()
         create = functools.partial(
             lib.nvimgcodecInstanceCreate, ctypes.byref(handle), ctypes.byref(info)
