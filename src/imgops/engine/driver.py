@@ -4,15 +4,16 @@ the PNG filter through the CUDA driver API (imgops.engine.cuda_driver), CPU thre
 `import torch` alone takes about 3 s on the H200 host, and the torch engine
 (imgops.engine.batched.DeviceEngine) pays it before the GPU does any work. This engine keeps
 the same pipeline (prep threads, one device thread, encode threads; the same bounds) and the
-same bytes, but its device stage starts in a fraction of that: the driver's primary context, one
-stream, the fatbin module, and nvImageCodec's decoder, all in a background thread while the
-first files take the CPU path.
+same bytes, but its device stage (imgops.engine.driver_stage) starts in a fraction of that: the
+driver's primary context, one stream, the fatbin module, and nvImageCodec's decoder (through its
+C API, imgops.io.nvimgcodec_c: the GIL stays free), all in a background thread while the first
+files take the CPU path.
 
 Per batch on the device thread: nvImageCodec decodes the accepted JPEGs (one call, on the
-stage's stream) -> `op.driver` per image (gray: one kernel into stream-ordered device memory) ->
-the PNG row filter kernel (or, for `-f jpg`, nvImageCodec's encoder) -> the rows copied into a
-reused pinned buffer -> an event; the encode threads wait for it, deflate and write. Device
-buffers are freed in stream order right after the copies are queued.
+stage's stream, into the stage's memory) -> `op.driver` per image (gray: one kernel into
+stream-ordered device memory) -> the PNG row filter kernel (or, for `-f jpg`, nvImageCodec's
+encoder) -> the rows copied into a reused pinned buffer -> an event; the encode threads wait for
+it, deflate and write. Device buffers are freed in stream order right after the copies are queued.
 
 What the GPU does not decode (PNG, TIFF, CMYK or 12-bit JPEG, ...) takes the whole CPU path on
 the prep thread: the conversion is ~1 % of such a file's time, so uploading it gains nothing.
