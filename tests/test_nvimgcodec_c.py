@@ -266,3 +266,21 @@ def _compare_on_the_gpu(tmp_path: Path, device, stream, ours, theirs) -> None:
         assert np.abs(host.astype(int) - cpu).max() <= 2, name
         ours.release(image)
     assert compared >= len(names) - 2, (compared, names)
+
+
+def test_the_engine_uses_the_c_api_only_on_versions_it_was_checked_against(monkeypatch):
+    from imgops.engine import driver_stage
+
+    assert nvimgcodec_c.verified() == (
+        tuple(int(p) for p in nvimgcodec_c.version().split(".")[:2]) in nvimgcodec_c.VERIFIED
+    )
+    monkeypatch.setattr(nvimgcodec_c, "version", lambda: "0.9.0.20")
+    assert isinstance(driver_stage.make_decoder(0, 1, cpu_backend=True), nvimgcodec_c.CDecoder)
+    monkeypatch.setenv("IMGOPS_NVIMGCODEC_API", "python")
+    assert isinstance(driver_stage.make_decoder(0, 1, cpu_backend=True), gpu_decode.BatchDecoder)
+    monkeypatch.delenv("IMGOPS_NVIMGCODEC_API")
+    for other in ("0.10.0", "1.0", "unknown", ""):
+        monkeypatch.setattr(nvimgcodec_c, "version", lambda other=other: other)
+        assert not nvimgcodec_c.verified()
+        decoder = driver_stage.make_decoder(0, 1, cpu_backend=True)
+        assert isinstance(decoder, gpu_decode.BatchDecoder), other

@@ -94,8 +94,17 @@ def cuda_engine_info() -> str:
             return "torch (imgops was built without its fatbin kernels, _device_kernels.fatbin)"
         return "torch (IMGOPS_CUDA_ENGINE=torch)"
     where = "" if cuda_driver.driver_available() else "; no CUDA driver or GPU on this machine"
+    from ..io import nvimgcodec_c
+
     api = os.environ.get("IMGOPS_NVIMGCODEC_API", "c")
-    decoder = "its Python module" if api == "python" else "its C API"
+    if nvimgcodec_c.package_dir() is None:
+        decoder = "nothing (nvImageCodec is not installed: the CPU decodes)"
+    elif api == "python":
+        decoder = "its Python module (IMGOPS_NVIMGCODEC_API=python)"
+    elif not nvimgcodec_c.verified():
+        decoder = f"its Python module (the C API binding is checked for {nvimgcodec_c.VERIFIED})"
+    else:
+        decoder = "its C API"
     return (
         f"torch-free: fatbin kernels through the CUDA driver, nvImageCodec decode through "
         f"{decoder}{where}"

@@ -181,15 +181,16 @@ def prestart(index: int, threads: int) -> DriverStage:
 
 def make_decoder(index: int, threads: int, *, cpu_backend: bool = False) -> Any:
     """The engine's GPU decoder: nvImageCodec through its C API (imgops.io.nvimgcodec_c: its
-    start and its calls release the GIL), or through its Python module with
-    IMGOPS_NVIMGCODEC_API=python (imgops.io.gpu_decode.BatchDecoder, for comparisons)."""
-    if os.environ.get("IMGOPS_NVIMGCODEC_API", "c") == "python":
+    start and its calls release the GIL), or through its Python module
+    (imgops.io.gpu_decode.BatchDecoder) with IMGOPS_NVIMGCODEC_API=python or where the installed
+    nvImageCodec is not a version the C API binding was checked against."""
+    from ..io import nvimgcodec_c
+
+    if os.environ.get("IMGOPS_NVIMGCODEC_API", "c") == "python" or not nvimgcodec_c.verified():
         from ..io.gpu_decode import BatchDecoder
 
         return BatchDecoder(index, cpu_backend=cpu_backend, threads=threads)
-    from ..io.nvimgcodec_c import CDecoder
-
-    return CDecoder(index, cpu_backend=cpu_backend, threads=threads)
+    return nvimgcodec_c.CDecoder(index, cpu_backend=cpu_backend, threads=threads)
 
 
 def take_prestarted(index: int) -> DriverStage | None:

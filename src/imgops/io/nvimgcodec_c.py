@@ -152,6 +152,20 @@ def _new(cls: type, type_id: int, **values: Any) -> Any:
     return cls(struct_type=type_id, struct_size=ctypes.sizeof(cls), **values)
 
 
+#: nvImageCodec versions (major, minor) whose nvimgcodec.h these structures were checked against;
+#: with any other the engine uses the Python module (imgops.engine.driver_stage.make_decoder).
+VERIFIED = ((0, 9),)
+
+
+def verified() -> bool:
+    """Whether the installed nvImageCodec is a version this binding was checked against."""
+    parts = version().split(".")
+    try:
+        return (int(parts[0]), int(parts[1])) in VERIFIED
+    except (IndexError, ValueError):
+        return False
+
+
 def version() -> str:
     """The installed nvImageCodec's version, from the package metadata (no import)."""
     from importlib import metadata
