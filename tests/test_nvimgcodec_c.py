@@ -193,14 +193,15 @@ def test_the_decoder_starts_and_decodes_without_holding_the_gil():
         start = time.perf_counter()
         fresh = nvimgcodec_c.CDecoder(cpu_backend=True, threads=1)
         data = (SAMPLES / "flower_progressive_3mp.jpg").read_bytes()
-        batch = [fresh.accept(data, 1 << 28) for _ in range(4)]
+        batch = [fresh.accept(data, 1 << 28) for _ in range(16)]  # ~0.3 s of decoding
         fresh.decode(batch)
         took = time.perf_counter() - start
     finally:
         stop.set()
         runner.join()
-    # sleeping 0.5 ms a tick, a thread that gets the GIL ticks hundreds of times a second
-    assert ticks >= 0.2 * took / 0.0005 or ticks >= 50, (ticks, took)
+    # a thread that gets the GIL ticks hundreds of times a second; one starved of it by a
+    # call that holds the GIL (the Python module's import) ticks about once
+    assert ticks >= 10, (ticks, took)
 
 
 def test_gpu_decoding_without_memory_is_refused():
