@@ -37,15 +37,4 @@ gray() {  # label, src folder, device, extra args...
     done
   done
 } >"$OUT/ab-walls.txt" 2>&1
-$PY - "$OUT/ab-walls.txt" <<'PYEOF'
-import collections, statistics, sys
-walls = collections.defaultdict(list)
-for line in open(sys.argv[1]):
-    label, rc, ms, files, err = line.rstrip("\n").split("|", 4)
-    if rc == "rc=0" and files.strip() == "800":
-        walls[label].append(int(ms) / 1000)
-    else:
-        print("FAILED RUN:", line.strip())
-for label, values in walls.items():
-    print(f"{label:24s} median {statistics.median(values):6.2f} s  runs {values}")
-PYEOF
+$PY scripts/walls_table.py "$OUT/ab-walls.txt"

@@ -52,18 +52,4 @@ gray() {
     DEV=cpu gray cpu IMGOPS_NVIMGCODEC_API=c
   done
 } >"$OUT/capi-walls.txt" 2>&1
-$PY - "$OUT" <<'PYEOF'
-import collections, glob, json, os, statistics, sys
-walls = collections.defaultdict(list)
-for line in open(os.path.join(sys.argv[1], "capi-walls.txt")):
-    label, rc, ms, files, err = line.rstrip("\n").split("|", 4)
-    if rc == "rc=0" and files.strip() == "800":
-        walls[label].append(int(ms) / 1000)
-    else:
-        print("FAILED RUN:", line.strip())
-for label, values in walls.items():
-    stats = [json.load(open(p)) for p in sorted(glob.glob(os.path.join(sys.argv[1], f"capi-{label}-*.json")))]
-    gpu = [s.get("decoders", {}).get("nvimgcodec", 0) for s in stats]
-    inner = [round(s.get("wall_seconds", 0), 2) for s in stats]
-    print(f"{label:12s} median {statistics.median(values):5.2f} s  runs {values}  engine walls {inner}  gpu-decoded {gpu}")
-PYEOF
+$PY scripts/walls_table.py "$OUT/capi-walls.txt" --stats "$OUT" --prefix capi
