@@ -285,3 +285,23 @@ def test_the_engine_uses_the_c_api_only_on_versions_it_was_checked_against(monke
         assert not nvimgcodec_c.verified()
         decoder = driver_stage.make_decoder(0, 1, cpu_backend=True)
         assert isinstance(decoder, gpu_decode.BatchDecoder), other
+
+
+def test_accept_from_many_threads_at_once(tmp_path: Path, decoder):
+    """The prep threads parse files concurrently (ctypes lets them: no GIL between them): the
+    same answers as one thread, and code streams created and destroyed across threads."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    files = {p.name: p.read_bytes() for p in JPEGS} | _odd_files(tmp_path)
+    names = sorted(files) * 25
+
+    def answer(name: str) -> tuple[str, object]:
+        found = decoder.accept(files[name], 1 << 28)
+        return name, None if found is None else (found.width, found.height, found.gray)
+
+    alone = dict(answer(name) for name in sorted(files))
+    with ThreadPoolExecutor(8) as pool:
+        together = list(pool.map(answer, names))
+    assert all(alone[name] == got for name, got in together)
+    batch = [decoder.accept(files[name], 1 << 28) for name in sorted(files) if alone[name]]
+    assert all(image is not None for image in decoder.decode(batch))
