@@ -208,13 +208,7 @@ class BatchDecoder:
         """Decodes one small JPEG, so the backend's one-time set-up (about 0.7 s for the first
         call on an H200) is paid before the first real batch. Never raises."""
         with contextlib.suppress(Exception):
-            import cv2
-            import numpy as np
-
-            ramp = np.add.outer(np.arange(96), np.arange(128)).astype(np.uint8)
-            image = np.dstack([ramp, ramp[::-1], 255 - ramp])
-            ok, data = cv2.imencode(".jpg", image)
-            candidate = self.accept(data.tobytes(), 1 << 20) if ok else None
+            candidate = self.accept(warm_up_jpeg(), 1 << 20)
             if candidate is not None:
                 self.decode([candidate], cuda_stream)
 
@@ -266,6 +260,18 @@ class BatchDecoder:
             for i, image in zip(picked, images, strict=True):
                 results[i] = image
         return results
+
+
+def warm_up_jpeg() -> bytes:
+    """A small colour JPEG (128x96 ramps, OpenCV's encoder) for a decoder's warm-up decode."""
+    import cv2
+    import numpy as np
+
+    ramp = np.add.outer(np.arange(96), np.arange(128)).astype(np.uint8)
+    ok, data = cv2.imencode(".jpg", np.dstack([ramp, ramp[::-1], 255 - ramp]))
+    if not ok:
+        raise RuntimeError("OpenCV could not encode the warm-up JPEG")
+    return data.tobytes()
 
 
 def jpeg_is_whole(data: bytes) -> bool:

@@ -26,7 +26,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .gpu_decode import GpuDecoderUnavailable, _quiet_stderr, jpeg_is_whole
+from .gpu_decode import GpuDecoderUnavailable, _quiet_stderr, jpeg_is_whole, warm_up_jpeg
 
 # nvimgcodecStructureType_t
 _INSTANCE_CREATE_INFO, _DECODE_PARAMS, _ORIENTATION = 2, 5, 7
@@ -362,13 +362,7 @@ class CDecoder:
         """Decodes one small JPEG, so the backend's one-time set-up is paid before the first
         real batch. Never raises."""
         try:
-            import cv2
-            import numpy as np
-
-            ramp = np.add.outer(np.arange(96), np.arange(128)).astype(np.uint8)
-            image = np.dstack([ramp, ramp[::-1], 255 - ramp])
-            ok, data = cv2.imencode(".jpg", image)
-            candidate = self.accept(data.tobytes(), 1 << 20) if ok else None
+            candidate = self.accept(warm_up_jpeg(), 1 << 20)
             if candidate is not None:
                 for out in self.decode([candidate], cuda_stream):
                     self.release(out)
