@@ -4,7 +4,10 @@
 // - rgb_to_gray runs the very loops of cpu/gray_span.h that the torch op runs;
 // - png_filter_rows runs the PNG row filters of png_filter.h for imgops.io.png;
 // - png_encode and png_encode_filtered write whole PNG files with the row deflate of
-//   png_deflate.h (png_encode.h).
+//   png_deflate.h (png_encode.h);
+// - png_deflate_layout and png_finish_zlib serve the GPU's deflate (png_deflate_parallel.h):
+//   the device memory it needs, and the PNG file around the zlib stream it makes;
+//   png_encode_filtered_emulated runs that deflate here, for the tests.
 // One image (or strip) per call on the calling thread, with the GIL released: the command
 // line's worker threads run several at once.
 #define PY_SSIZE_T_CLEAN
@@ -12,9 +15,12 @@
 
 #include <cstdint>
 #include <new>
+#include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "../cpu/gray_span.h"
+#include "png_deflate_emulated.h"
 #include "png_encode.h"
 #include "png_filter.h"
 
@@ -202,6 +208,91 @@ PyObject* png_encode_filtered(PyObject* /*self*/, PyObject* args) {
   return result;
 }
 
+PyObject* png_encode_filtered_emulated(PyObject* /*self*/, PyObject* args) {
+  Py_buffer rows;
+  imgops::png::ImageShape shape{};
+  Py_ssize_t width = 0;
+  Py_ssize_t height = 0;
+  if (!PyArg_ParseTuple(args, "y*nnii:png_encode_filtered_emulated", &rows, &width, &height,
+                        &shape.channels, &shape.itemsize)) {
+    return nullptr;
+  }
+  shape.width = width;
+  shape.height = height;
+  const char* problem = check_png_shape(shape);
+  if (problem == nullptr && rows.len != shape.height * (shape.row_bytes() + 1)) {
+    problem = "rows must hold exactly height * (1 + row bytes) bytes";
+  }
+  const auto* data = static_cast<const uint8_t*>(rows.buf);
+  PyObject* result = nullptr;
+  std::string broken;
+  if (problem == nullptr) {
+    result = png_bytes(shape, [&](uint8_t* out) -> size_t {
+      try {
+        return imgops::png::encode_filtered_emulated(shape, data, out);
+      } catch (const std::logic_error& error) {
+        broken = error.what();
+        return 0;
+      }
+    });
+  }
+  PyBuffer_Release(&rows);
+  if (problem != nullptr) PyErr_SetString(PyExc_ValueError, problem);
+  if (result != nullptr && !broken.empty()) {
+    Py_DECREF(result);
+    PyErr_SetString(PyExc_RuntimeError, broken.c_str());
+    return nullptr;
+  }
+  return result;
+}
+
+PyObject* png_deflate_layout(PyObject* /*self*/, PyObject* args) {
+  long long row = 0;
+  long long height = 0;
+  if (!PyArg_ParseTuple(args, "LL:png_deflate_layout", &row, &height)) return nullptr;
+  if (row < 1 || height < 1) {
+    PyErr_SetString(PyExc_ValueError, "row and height must be positive");
+    return nullptr;
+  }
+  const imgops::png::parallel::Layout l = imgops::png::parallel::layout(row, height);
+  return Py_BuildValue("(LLLLL)", static_cast<long long>(l.total), static_cast<long long>(l.out),
+                       static_cast<long long>(l.out_bytes), static_cast<long long>(l.size),
+                       static_cast<long long>(l.g.blocks));
+}
+
+PyObject* png_finish_zlib(PyObject* /*self*/, PyObject* args) {
+  Py_buffer buffer;
+  imgops::png::ImageShape shape{};
+  Py_ssize_t zlib = 0;
+  Py_ssize_t width = 0;
+  Py_ssize_t height = 0;
+  if (!PyArg_ParseTuple(args, "w*nnnii:png_finish_zlib", &buffer, &zlib, &width, &height,
+                        &shape.channels, &shape.itemsize)) {
+    return nullptr;
+  }
+  shape.width = width;
+  shape.height = height;
+  const char* problem = check_png_shape(shape);
+  const size_t need = imgops::png::kHeadBytes + static_cast<size_t>(zlib) +
+                      12 * (static_cast<size_t>(zlib) / imgops::png::kIdatMax + 1) + 12;
+  if (problem == nullptr && (zlib < 6 || static_cast<size_t>(buffer.len) < need)) {
+    problem = "the buffer cannot hold the PNG file around that zlib stream";
+  }
+  size_t size = 0;
+  if (problem == nullptr) {
+    auto* out = static_cast<uint8_t*>(buffer.buf);
+    Py_BEGIN_ALLOW_THREADS;
+    size = imgops::png::finish_png_file(shape, static_cast<size_t>(zlib), out);
+    Py_END_ALLOW_THREADS;
+  }
+  PyBuffer_Release(&buffer);
+  if (problem != nullptr) {
+    PyErr_SetString(PyExc_ValueError, problem);
+    return nullptr;
+  }
+  return PyLong_FromSize_t(size);
+}
+
 PyObject* checksums(PyObject* /*self*/, PyObject* args) {
   Py_buffer data;
   if (!PyArg_ParseTuple(args, "y*:checksums", &data)) return nullptr;
@@ -233,6 +324,18 @@ PyMethodDef methods[] = {
     {"png_encode_filtered", png_encode_filtered, METH_VARARGS,
      "png_encode_filtered(rows, width, height, channels, itemsize) -> bytes: the PNG file of\n"
      "rows already filtered (height rows of 1 + row bytes), the same deflate as png_encode."},
+    {"png_encode_filtered_emulated", png_encode_filtered_emulated, METH_VARARGS,
+     "png_encode_filtered_emulated(rows, width, height, channels, itemsize) -> bytes: as\n"
+     "png_encode_filtered, deflated by the GPU's code (png_deflate_parallel.h) run here one\n"
+     "piece after another. RuntimeError if two pieces would write one word unsafely."},
+    {"png_deflate_layout", png_deflate_layout, METH_VARARGS,
+     "png_deflate_layout(row, height) -> (total, out, out_bytes, size, blocks): the device\n"
+     "memory the GPU deflate of height filtered rows of `row` bytes needs (zeroed), where its\n"
+     "zlib stream and the stream's length (uint64) land in it, and its block count."},
+    {"png_finish_zlib", png_finish_zlib, METH_VARARGS,
+     "png_finish_zlib(buffer, zlib_bytes, width, height, channels, itemsize) -> int: writes the\n"
+     "PNG file in place around the zlib stream at buffer[PNG_HEAD_BYTES:]: the signature,\n"
+     "IHDR, IDAT chunk headers and CRCs, IEND; returns the file's length. Releases the GIL."},
     {"checksums", checksums, METH_VARARGS,
      "checksums(data) -> (crc32, adler32, adler32 of the scalar loop, crc32 of the table loop),\n"
      "for tests."},
@@ -246,4 +349,13 @@ PyModuleDef module = {
 
 }  // namespace
 
-PyMODINIT_FUNC PyInit__cli_kernels() { return PyModule_Create(&module); }
+PyMODINIT_FUNC PyInit__cli_kernels() {
+  PyObject* m = PyModule_Create(&module);
+  if (m == nullptr) return nullptr;
+  if (PyModule_AddIntConstant(m, "PNG_HEAD_BYTES",
+                              static_cast<long>(imgops::png::kHeadBytes)) != 0) {
+    Py_DECREF(m);
+    return nullptr;
+  }
+  return m;
+}
