@@ -42,18 +42,26 @@ struct Workspace {
 // word that holds bits, or an OR into a word stored whole, throws std::logic_error.
 struct WordWriters {
   uint32_t* words;
+  size_t count;
   std::vector<uint8_t> whole;
   bool checked;
-  WordWriters(uint32_t* w, size_t count, bool check) : words(w), checked(check) {
+  WordWriters(uint32_t* w, size_t n, bool check) : words(w), count(n), checked(check) {
     if (checked) whole.assign(count, 0);
   }
+  void in_bounds(const uint32_t* w) const {
+    if (w < words || static_cast<size_t>(w - words) >= count) {
+      throw std::logic_error("a word past the stream's room is written");
+    }
+  }
   void or_word(uint32_t* w, uint32_t v) {
+    in_bounds(w);
     if (checked && whole[static_cast<size_t>(w - words)]) {
       throw std::logic_error("a word written whole is OR-ed into");
     }
     *w |= v;
   }
   void store_word(uint32_t* w, uint32_t v) {
+    in_bounds(w);
     if (checked) {
       const size_t i = static_cast<size_t>(w - words);
       if (*w != 0 || whole[i]) throw std::logic_error("a word is stored over another's bits");
@@ -152,7 +160,7 @@ inline void write(const uint8_t* rows, const Workspace& ws, WordWriters& writers
 }
 
 // Compresses height filtered rows of `row` bytes into a zlib stream at out (room for
-// p::max_zlib_bytes); returns its length. std::logic_error when a word would be written by
+// png_encode.h's room for zlib_rows); returns its length. std::logic_error when a word would be written by
 // two chunks without an OR.
 inline size_t zlib_rows(const uint8_t* rows, int64_t row, int64_t height, uint8_t* out) {
   const p::Layout l = p::layout(row, height);

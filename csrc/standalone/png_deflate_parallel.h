@@ -93,11 +93,13 @@ IMGOPS_HD inline int64_t stripe_samples(const Geometry& g, int64_t stripe) {
   return (rows + kSampleStride - 1) / kSampleStride;
 }
 
-// What zlib_rows' stream can take at most (png_deflate.h, RowDeflater::max_zlib_bytes).
-IMGOPS_HD inline int64_t max_zlib_bytes(const Geometry& g) {
+// The zlib stream's most bytes. The plan stores a block whose dynamic coding would take more
+// than stored_bits(n) = 8 (5 p + n) + 10 bits (p = its 65535-byte pieces), and a stored block
+// takes at most p (3 + 7 + 32) + 8 n bits: at most n + 6 p + 2 bytes a block either way, with
+// p <= n / 65535 + 1; then the 2-byte zlib header, a padding byte and the 4-byte Adler-32.
+IMGOPS_HD inline int64_t max_stream_bytes(const Geometry& g) {
   const int64_t input = g.row * g.height;
-  const int64_t largest_block = g.block_rows * g.row;
-  return input + 5 * (input / 65535 + 2) + 64 + largest_block * 13 / 8 + 1024;
+  return input + 6 * (input / 65535 + g.blocks) + 2 * g.blocks + 7;
 }
 
 // A stripe's code: the literal/length codes, the bits of a whole match by length (length
@@ -141,7 +143,7 @@ IMGOPS_HD inline Layout layout(int64_t row, int64_t height) {
   Layout l;
   l.g = geometry(row, height);
   l.out = 0;
-  l.out_bytes = align_up(max_zlib_bytes(l.g) + 16, 256);
+  l.out_bytes = align_up(max_stream_bytes(l.g) + 16, 256);
   l.histograms = l.out + l.out_bytes;
   l.counters = align_up(l.histograms + 4 * kSymbols * l.g.stripes, 256);
   l.tables = align_up(l.counters + 4 * (l.g.stripes + 1), 256);
