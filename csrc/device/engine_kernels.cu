@@ -9,10 +9,13 @@
 // imgops_png_filter_u8  the PNG row filter of uint8 rows (png_filter_kernel.cuh, the same code
 //                       as the torch op png_filter). Launch with blockDim.x == 256, one block
 //                       per row up to any grid size.
+// imgops_png_deflate_*  the zlib stream of filtered rows, the CPU encoder's exact bytes
+//                       (png_deflate_kernels.cuh: four launches per image, in order).
 #include <cstdint>
 
 #include "../bt601.h"
 #include "../cuda/png_filter_kernel.cuh"
+#include "png_deflate_kernels.cuh"
 
 // Gray rows dst (dst_pitch bytes apart) from RGB (bgr == 0) or BGR (bgr != 0) rows src
 // (src_pitch bytes apart, 3 bytes per pixel): (299 R + 587 G + 114 B + 500) / 1000.
