@@ -18,6 +18,7 @@ import shutil
 import subprocess
 import sys
 import threading
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -194,6 +195,8 @@ def test_device_kernels_compile_with_nvcc(tmp_path):
     data = output.read_bytes()
     assert data[:4] == FATBIN_MAGIC
     assert b"imgops_gray_u8" in data and b"imgops_png_filter_u8" in data
+    for name in cd._DEFLATE_KERNELS:
+        assert name.encode() in data
     assert not list(tmp_path.glob("*.partial"))
 
 
@@ -573,6 +576,101 @@ def test_fake_png_filter_grid(fake):
     fake.free(src, dst)
 
 
+# --- the deflate kernels: the CPU encoder's exact zlib stream ---------------------------------
+
+
+def _deflate_case(kind: str, height: int, row: int, rng: np.random.Generator) -> np.ndarray:
+    """height filtered rows of `row` bytes (filter byte first) of one kind of content."""
+    body = row - 1
+    if kind == "noise":  # incompressible: stored blocks
+        pixels = rng.integers(0, 256, (height, body), dtype=np.uint8)
+    elif kind == "flat":  # runs across every chunk and block edge
+        pixels = np.full((height, body), int(rng.integers(0, 256)), np.uint8)
+    elif kind == "runs":  # runs of random lengths, some just 3 or 4 long
+        lengths = rng.integers(1, 300, height * body // 2 + 1)
+        values = rng.integers(0, 256, lengths.size, dtype=np.uint8)
+        pixels = np.repeat(values, lengths)[: height * body].reshape(height, body)
+    else:  # smooth: photo-like residuals
+        pixels = _smooth(height, body, 1, rng)[..., 0]
+    filters = rng.integers(0, 5, (height, 1), dtype=np.uint8)
+    return np.ascontiguousarray(np.hstack([filters, pixels]))
+
+
+def _cpu_zlib(rows: np.ndarray) -> bytes:
+    """The CPU encoder's zlib stream for filtered rows (its PNG file's one IDAT payload)."""
+    from imgops.native import cli_kernels
+
+    kernels = cli_kernels()
+    height, row = rows.shape
+    png = kernels.png_encode_filtered(rows.tobytes(), row - 1, height, 1, 1)
+    head = kernels.PNG_HEAD_BYTES
+    length = int.from_bytes(png[head - 8 : head - 4], "big")
+    return png[head : head + length]
+
+
+def _device_zlib(backend: Backend, rows: np.ndarray) -> bytes:
+    from imgops.native import cli_kernels
+
+    height, row = rows.shape
+    layout = cd.DeflateLayout(*cli_kernels().png_deflate_layout(row, height))
+    src = backend.upload(rows)
+    work = backend.device.alloc(layout.total, backend.stream)
+    try:
+        backend.kernels.png_deflate(src, row, height, work, layout, backend.stream)
+        size = int(backend.download(work + layout.size, 8).view(np.uint64)[0])
+        assert 6 <= size <= layout.out_bytes
+        return backend.download(work + layout.out, size).tobytes()
+    finally:
+        backend.free(src, work)
+
+
+DEFLATE_SHAPES = [(1, 2), (1, 65), (3, 129), (40, 1000), (300, 3841), (5, 70001), (2000, 257)]
+
+
+@pytest.mark.parametrize(("height", "row"), DEFLATE_SHAPES)
+@pytest.mark.parametrize("kind", ["noise", "flat", "runs", "smooth"])
+def test_png_deflate_gives_the_cpu_encoders_bytes(backend, kind, height, row):
+    pytest.importorskip("imgops._cli_kernels")
+    rows = _deflate_case(kind, height, row, np.random.default_rng())
+    expected = _cpu_zlib(rows)
+    got = _device_zlib(backend, rows)
+    assert got == expected
+    assert zlib.decompress(got) == rows.tobytes()
+
+
+def test_png_deflate_on_sample_photos(backend):
+    """Gray sample photos, filtered as the engine filters them, more than 8 blocks each."""
+    kernels = pytest.importorskip("imgops._cli_kernels")
+    cv2 = pytest.importorskip("cv2")
+    from imgops.io.png import filter_code_for
+
+    photos = sorted((ROOT / "samples").glob("*.jpg"))
+    assert photos
+    for path in photos:
+        gray = cv2.imread(str(path), cv2.IMREAD_GRAYSCALE)
+        rows = png_filter_reference(gray, filter_code_for(2))
+        assert kernels.png_deflate_layout(rows.shape[1], rows.shape[0])[4] > 1
+        assert _device_zlib(backend, rows) == _cpu_zlib(rows), path.name
+
+
+def test_png_deflate_checks_its_arguments(backend):
+    kernels = pytest.importorskip("imgops._cli_kernels")
+    layout = cd.DeflateLayout(*kernels.png_deflate_layout(10, 10))
+    for row, height in ((0, 10), (10, 0), (-1, 3)):
+        with pytest.raises(ValueError):
+            backend.kernels.png_deflate(1, row, height, 1, layout, backend.stream)
+
+
+def test_fake_png_deflate_grids(fake):
+    kernels = pytest.importorskip("imgops._cli_kernels")
+    rows = _deflate_case("smooth", 400, 1001, np.random.default_rng())
+    before = fake.counter("fake_launches")
+    assert _device_zlib(fake, rows) == _cpu_zlib(rows)
+    assert fake.counter("fake_launches") == before + 4
+    blocks = kernels.png_deflate_layout(1001, 400)[4]
+    assert fake.launch_shape() == ([min(blocks, 3 * 16), 1, 1], [256, 1, 1])  # the write
+
+
 # --- the GPU only: more than 2^31 bytes -------------------------------------------------------
 
 
@@ -643,3 +741,19 @@ def test_gray_u8_over_2g_pixels(gpu):
             np.testing.assert_array_equal(got, _gray_expected(pixels, True), err_msg=f"row {y}")
     finally:
         gpu.free(src, dst)
+
+
+@pytest.mark.cuda
+@pytest.mark.slow
+def test_png_deflate_over_2_gib(gpu):
+    """More than 2^31 bytes of rows: one stream, the CPU encoder's bytes."""
+    pytest.importorskip("imgops._cli_kernels")
+    rng = np.random.default_rng()
+    height, row = 30700, 70001  # 2.149e9 bytes; one row a block
+    assert height * row > 2**31
+    chunk_rows = 11
+    chunk = _deflate_case("smooth", chunk_rows, row, rng)
+    chunk[3] = _deflate_case("noise", 1, row, rng)  # a stored block every 11
+    rows = np.tile(chunk, (height // chunk_rows + 1, 1))[:height]
+    expected = _cpu_zlib(rows)
+    assert _device_zlib(gpu, rows) == expected

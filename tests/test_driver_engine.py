@@ -143,6 +143,23 @@ class FakeKernels:
         rows = _host(dst, height * (row_bytes + 1)).reshape(height, row_bytes + 1)
         rows[...] = _cpu_filter(cli_kernels(), image, bpp, filter)
 
+    def png_deflate(self, rows, row, height, workspace, layout, stream) -> None:
+        """The deflate kernels' stages run on the CPU (png_deflate_emulated.h): the stream and
+        its length land in the workspace, the rest of it is left as the GPU leaves it."""
+        from imgops.native import cli_kernels
+
+        self.launches += 4
+        kernels = cli_kernels()
+        data = _host(rows, row * height).tobytes()
+        png = kernels.png_encode_filtered_emulated(data, row - 1, height, 1, 1)
+        head = kernels.PNG_HEAD_BYTES
+        stream_bytes = png[head : head + int.from_bytes(png[head - 8 : head - 4], "big")]
+        assert len(stream_bytes) <= layout.out_bytes
+        _host(workspace, layout.total)[...] = 0
+        data = np.frombuffer(stream_bytes, np.uint8)
+        _host(workspace + layout.out, data.size)[...] = data
+        _host(workspace + layout.size, 8)[...] = np.array([data.size], np.uint64).view(np.uint8)
+
 
 def _cpu_filter(module, image: np.ndarray, bpp: int, code: int) -> np.ndarray:
     """PNG-filtered rows of an (H, row_bytes) uint8 image with the CPU filter."""
@@ -268,6 +285,33 @@ def test_driver_engine_writes_the_cpu_paths_bytes(tmp_path: Path, fake_driver, l
     assert device.blocks == {}  # every device buffer freed
     assert all(b.closed for b in device.pinned_buffers)  # pinned memory handed back
     assert device.closed and engine.stage.stream.closed and engine.stage.decoder is None
+
+
+@pytest.mark.parametrize("gpu_deflate", ["1", "0"])
+def test_the_device_deflate_is_used_and_changes_no_byte(
+    tmp_path: Path, fake_driver, monkeypatch, gpu_deflate
+):
+    """At the default level the stream is deflated on the device and framed in place on the
+    host; IMGOPS_GPU_DEFLATE=0 brings the filtered rows back instead; the files are the same."""
+    monkeypatch.setenv("IMGOPS_GPU_DEFLATE", gpu_deflate)
+    deflated: list[int] = []
+    original = FakeKernels.png_deflate
+
+    def counting(self, rows, row, height, *args):
+        deflated.append(height)
+        original(self, rows, row, height, *args)
+
+    monkeypatch.setattr(FakeKernels, "png_deflate", counting)
+    settings = PipelineSettings(device="cuda", jobs=2, batch_size=2)
+    engine = _engine(settings, FakeDecoder())
+    _wait_for_stage(engine)
+    results = _run(engine, JPEGS * 2, tmp_path / "dev")
+    expected = _cpu_bytes(JPEGS * 2, tmp_path / "cpu")
+    for name, data in expected.items():
+        assert (tmp_path / "dev" / name).read_bytes() == data, name
+        assert results[name].bytes_written == len(data)
+    heights = sorted(r.shape[0] for r in results.values())
+    assert sorted(deflated) == (heights if gpu_deflate == "1" else [])
 
 
 def test_without_host_while_starting_every_jpeg_waits_for_the_gpu(tmp_path: Path, monkeypatch):

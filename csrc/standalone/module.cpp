@@ -352,8 +352,10 @@ PyModuleDef module = {
 PyMODINIT_FUNC PyInit__cli_kernels() {
   PyObject* m = PyModule_Create(&module);
   if (m == nullptr) return nullptr;
+  // the file's bytes before the zlib stream, and the most bytes of one IDAT chunk
   if (PyModule_AddIntConstant(m, "PNG_HEAD_BYTES",
-                              static_cast<long>(imgops::png::kHeadBytes)) != 0) {
+                              static_cast<long>(imgops::png::kHeadBytes)) != 0 ||
+      PyModule_AddIntConstant(m, "PNG_IDAT_MAX", static_cast<long>(imgops::png::kIdatMax)) != 0) {
     Py_DECREF(m);
     return nullptr;
   }

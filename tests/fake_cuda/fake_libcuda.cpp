@@ -1,9 +1,10 @@
 // A stand-in for libcuda for tests/test_cuda_driver.py on machines without a GPU: the driver
 // functions imgops.engine.cuda_driver declares, over host memory. "Device" memory is malloc'd,
-// copies are memcpy, and cuLaunchKernel runs the two engine kernels' CPU equivalents (bt601.h's
-// luma_int, png_filter.h's filter) on the launch's own parameters, so the tests check what
-// ctypes passes (64-bit pointers, pitches, parameter order and types, grid and block sizes)
-// and the Python wrapper's logic. The CUDA kernels themselves are tested on a GPU.
+// copies are memcpy, and cuLaunchKernel runs the engine kernels' CPU equivalents (bt601.h's
+// luma_int, png_filter.h's filter, png_deflate_emulated.h's stages) on the launch's own
+// parameters, so the tests check what ctypes passes (64-bit pointers, pitches, parameter order
+// and types, grid and block sizes) and the Python wrapper's logic. The CUDA kernels
+// themselves are tested on a GPU.
 //
 // Built by the test: c++ -shared -fPIC -std=c++17 -I csrc fake_libcuda.cpp -o libfakecuda.so
 #include <cstdint>
@@ -11,7 +12,10 @@
 #include <cstring>
 #include <vector>
 
+#include <stdexcept>
+
 #include "bt601.h"
+#include "standalone/png_deflate_emulated.h"
 #include "standalone/png_filter.h"
 
 namespace {
@@ -33,6 +37,12 @@ void* const kPool = reinterpret_cast<void*>(0x7c0000002000ull);
 void* const kModule = reinterpret_cast<void*>(0x7c0000003000ull);
 void* const kGray = reinterpret_cast<void*>(0x7c0000004000ull);
 void* const kPngFilter = reinterpret_cast<void*>(0x7c0000005000ull);
+// png_deflate_kernels.cuh's four kernels, run as png_deflate_emulated.h's stages
+const char* const kDeflateNames[4] = {"imgops_png_deflate_sample", "imgops_png_deflate_count",
+                                      "imgops_png_deflate_plan", "imgops_png_deflate_write"};
+void* const kDeflate[4] = {
+    reinterpret_cast<void*>(0x7c0000006000ull), reinterpret_cast<void*>(0x7c0000007000ull),
+    reinterpret_cast<void*>(0x7c0000008000ull), reinterpret_cast<void*>(0x7c0000009000ull)};
 
 bool g_initialized = false;
 void* g_current = nullptr;
@@ -251,6 +261,12 @@ int cuMemcpyDtoHAsync_v2(void* dst, unsigned long long src, size_t bytes, void* 
   return kSuccess;
 }
 
+int cuMemsetD8Async(unsigned long long dst, unsigned char value, size_t bytes, void* stream) {
+  if (int e = check_handle(stream, 1)) return e;
+  std::memset(reinterpret_cast<void*>(static_cast<uintptr_t>(dst)), value, bytes);
+  return kSuccess;
+}
+
 int cuMemcpyHtoDAsync_v2(unsigned long long dst, const void* src, size_t bytes, void* stream) {
   if (int e = check_handle(stream, 1)) return e;
   std::memcpy(reinterpret_cast<void*>(static_cast<uintptr_t>(dst)), src, bytes);
@@ -273,6 +289,12 @@ int cuModuleGetFunction(void** function, void* module, const char* name) {
   } else if (std::strcmp(name, "imgops_png_filter_u8") == 0) {
     *function = kPngFilter;
   } else {
+    for (int i = 0; i < 4; ++i) {
+      if (std::strcmp(name, kDeflateNames[i]) == 0) {
+        *function = kDeflate[i];
+        return kSuccess;
+      }
+    }
     return kNotFound;
   }
   return kSuccess;
@@ -326,6 +348,30 @@ int cuLaunchKernel(void* function, unsigned gx, unsigned gy, unsigned gz, unsign
       const uint8_t* up = y == 0 ? zeros.data() : src + (y - 1) * src_pitch;
       imgops::png::filter_one_row(up, src + y * src_pitch, out + y * (row_bytes + 1), row_bytes,
                                   bpp, filter);
+    }
+    return kSuccess;
+  }
+  for (int stage = 0; stage < 4; ++stage) {
+    if (function != kDeflate[stage]) continue;
+    // the kernels' block sizes (png_deflate_kernels.cuh)
+    const unsigned threads[4] = {128, 256, 1, 256};
+    if (bx != threads[stage] || gy != 1) return kInvalidValue;
+    const auto* rows = *static_cast<const uint8_t* const*>(params[0]);
+    const long long row = *static_cast<const long long*>(params[1]);
+    const long long height = *static_cast<const long long*>(params[2]);
+    auto* base = *static_cast<uint8_t* const*>(params[3]);
+    if (row < 1 || height < 1) return kInvalidValue;
+    namespace em = imgops::png::emulated;
+    const em::Workspace ws{imgops::png::parallel::layout(row, height), base};
+    // (checked per launch: a store over bits an earlier launch wrote still fails)
+    em::WordWriters writers(ws.words(), static_cast<size_t>(ws.l.out_bytes / 4), true);
+    try {
+      if (stage == 0) em::sample_and_fit(rows, ws);
+      if (stage == 1) em::count(rows, ws);
+      if (stage == 2) em::plan(ws, writers);
+      if (stage == 3) em::write(rows, ws, writers);
+    } catch (const std::logic_error&) {
+      return 719;  // CUDA_ERROR_LAUNCH_FAILED
     }
     return kSuccess;
   }

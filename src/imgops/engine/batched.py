@@ -658,14 +658,14 @@ class DeviceEngine:
                 self.pool.release(buffer)
         self.results.put(outcome)
 
-    def _encode_and_write(self, item: _Item, host: Any, jpeg: bytes | None) -> None:
-        result, settings = item.result, self.settings
-        start = time.perf_counter()
+    def _encode(self, item: _Item, host: Any, jpeg: bytes | None) -> bytes | memoryview:
+        """The output file's bytes from what came back from the device."""
+        settings = self.settings
         if jpeg is not None:
-            encoded = jpeg
-        elif settings.fmt == "png" and self.filtered:
+            return jpeg
+        if settings.fmt == "png" and self.filtered:
             shape, itemsize = item.extra["out_shape"], item.extra["itemsize"]
-            encoded = self.filtered(
+            return self.filtered(
                 self._host_array(host),
                 width=shape[1],
                 height=shape[0],
@@ -673,8 +673,12 @@ class DeviceEngine:
                 bit_depth=8 * itemsize,
                 level=settings.png_level,
             )
-        else:
-            encoded = encode_host(self._host_array(host), item.order, settings)
+        return encode_host(self._host_array(host), item.order, settings)
+
+    def _encode_and_write(self, item: _Item, host: Any, jpeg: bytes | None) -> None:
+        result = item.result
+        start = time.perf_counter()
+        encoded = self._encode(item, host, jpeg)
         now = time.perf_counter()
         result.seconds["encode"], start = now - start, now
         self.writer.write(result.job.target, encoded)

@@ -20,7 +20,7 @@ from __future__ import annotations
 import ctypes
 import threading
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 if TYPE_CHECKING:
     import numpy
@@ -60,6 +60,15 @@ _PNG_ROW_THREADS = 256
 _GRAY_THREADS = 256
 _MAX_GRID_X = 0x7FFFFFFF
 _MAX_GRID_Y = 65535
+# png_deflate_kernels.cuh: its four kernels in launch order, and their block sizes
+_DEFLATE_KERNELS = (
+    "imgops_png_deflate_sample",
+    "imgops_png_deflate_count",
+    "imgops_png_deflate_plan",
+    "imgops_png_deflate_write",
+)
+_DEFLATE_SAMPLE_THREADS = 128
+_DEFLATE_BLOCK_THREADS = 256
 
 # Names and texts of common codes, for when the driver cannot be asked (no libcuda, or a code
 # raised before it loaded); the driver's own cuGetErrorName/cuGetErrorString win otherwise.
@@ -188,6 +197,7 @@ _PROTOTYPES: dict[str, list[Any]] = {
     "cuMemFreeHost": [ctypes.c_void_p],
     "cuMemcpyDtoHAsync_v2": [ctypes.c_void_p, _CUdeviceptr, ctypes.c_size_t, ctypes.c_void_p],
     "cuMemcpyHtoDAsync_v2": [_CUdeviceptr, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p],
+    "cuMemsetD8Async": [_CUdeviceptr, ctypes.c_ubyte, ctypes.c_size_t, ctypes.c_void_p],
     "cuModuleLoadData": [_c_void_pp, ctypes.c_void_p],
     "cuModuleGetFunction": [_c_void_pp, ctypes.c_void_p, ctypes.c_char_p],
     "cuModuleUnload": [ctypes.c_void_p],
@@ -430,6 +440,20 @@ class Device:
             ctypes.c_void_p(stream.handle),
         )
 
+    def memset(self, dst: int, value: int, nbytes: int, stream: Stream) -> None:
+        """Queues setting nbytes at device address dst to the byte `value` on `stream`
+        (cuMemsetD8Async)."""
+        if nbytes <= 0:
+            return
+        self.make_current()
+        _call(
+            "cuMemsetD8Async",
+            _CUdeviceptr(dst),
+            ctypes.c_ubyte(value),
+            nbytes,
+            ctypes.c_void_p(stream.handle),
+        )
+
     def copy_to_device(self, dst: int, src: int, nbytes: int, stream: Stream) -> None:
         """Queues a copy of nbytes from host address src to device address dst on `stream`
         (cuMemcpyHtoDAsync; asynchronous only from pinned memory)."""
@@ -609,6 +633,18 @@ class DeviceArray:
         return interface
 
 
+class DeflateLayout(NamedTuple):
+    """One image's deflate workspace (imgops._cli_kernels.png_deflate_layout(row, height)):
+    total bytes, where the zlib stream lands and its room, where its uint64 length lands, and
+    the count of deflate blocks."""
+
+    total: int
+    out: int
+    out_bytes: int
+    size: int
+    blocks: int
+
+
 class Kernels:
     """imgops' device kernels (the packaged fatbin) loaded into a Device's context once.
 
@@ -634,6 +670,7 @@ class Kernels:
         try:
             self._gray = self._function(b"imgops_gray_u8")
             self._png_filter = self._function(b"imgops_png_filter_u8")
+            self._deflate = [self._function(name.encode()) for name in _DEFLATE_KERNELS]
         except BaseException:
             self.close()
             raise
@@ -759,6 +796,40 @@ class Kernels:
         self._launch(
             self._png_filter, "imgops_png_filter_u8", (blocks, 1), _PNG_ROW_THREADS, stream, params
         )
+
+    def png_deflate(
+        self,
+        rows: int,
+        row: int,
+        height: int,
+        workspace: int,
+        layout: DeflateLayout,
+        stream: Stream,
+    ) -> None:
+        """The zlib stream of height PNG-filtered rows of `row` bytes (the filter byte included;
+        contiguous at rows), exactly the bytes of the CPU encoder's deflate (imgops._cli_kernels
+        png_encode_filtered), written into the workspace at `workspace`: layout.total bytes from
+        imgops._cli_kernels.png_deflate_layout(row, height), zeroed here. The stream lands at
+        workspace + layout.out, its length (a uint64) at workspace + layout.size."""
+        if row < 1 or height < 1:
+            raise ValueError(f"bad rows: {height} of {row} bytes")
+        self._device.memset(workspace, 0, layout.total, stream)
+        params = [
+            ctypes.c_uint64(rows),
+            ctypes.c_longlong(row),
+            ctypes.c_longlong(height),
+            ctypes.c_uint64(workspace),
+        ]
+        sms = self._device.multiprocessors
+        # sampled rows: one block each (at most height / 4 + a stripe's remainder each)
+        sampled = min(height // 4 + 9, sms * 16)
+        blocks = min(layout.blocks, sms * 16)
+        grids = [sampled, blocks, 1, blocks]
+        threads = [_DEFLATE_SAMPLE_THREADS, _DEFLATE_BLOCK_THREADS, 1, _DEFLATE_BLOCK_THREADS]
+        for function, name, grid, block in zip(
+            self._deflate, _DEFLATE_KERNELS, grids, threads, strict=True
+        ):
+            self._launch(function, name, (grid, 1), block, stream, params)
 
     def close(self) -> None:
         """Unloads the module (idempotent)."""

@@ -11,9 +11,12 @@ files take the CPU path.
 
 Per batch on the device thread: nvImageCodec decodes the accepted JPEGs (one call, on the
 stage's stream, into the stage's memory) -> `op.driver` per image (gray: one kernel into
-stream-ordered device memory) -> the PNG row filter kernel (or, for `-f jpg`, nvImageCodec's
-encoder) -> the rows copied into a reused pinned buffer -> an event; the encode threads wait for
-it, deflate and write. Device buffers are freed in stream order right after the copies are queued.
+stream-ordered device memory) -> the PNG row filter kernel -> the deflate kernels
+(png_deflate_kernels.cuh: the CPU encoder's exact zlib stream) -> the stream copied into a
+reused pinned buffer laid out as the PNG file -> an event; the encode threads wait for it, add
+the chunk framing and CRCs in place (png_finish_zlib) and write. (`IMGOPS_GPU_DEFLATE=0`: the
+filtered rows come back and the encode threads deflate them; `-f jpg`: nvImageCodec's encoder.)
+Device buffers are freed in stream order right after the copies are queued.
 
 What the GPU does not decode (PNG, TIFF, CMYK or 12-bit JPEG, ...) takes the whole CPU path on
 the prep thread: the conversion is ~1 % of such a file's time, so uploading it gains nothing.
@@ -22,11 +25,13 @@ With `--decoder cpu` the torch engine runs instead (it uploads CPU-decoded image
 
 from __future__ import annotations
 
+import os
 import time
 from typing import Any
 
 import numpy as np
 
+from ..io.png import device_deflate
 from .batched import DeviceEngine, _encode_png_filtered, _Item
 from .buffers import BufferPool
 from .driver_stage import DeviceImage, DriverStage, device_image, take_prestarted
@@ -40,6 +45,7 @@ class DriverEngine(DeviceEngine):
 
     def __init__(self, *args: Any, index: int = 0, **kwargs: Any) -> None:
         self._index = index
+        self.deflate: Any = None  # set with the pinned pool (_first_batch)
         super().__init__(*args, **kwargs)
         if self.op.driver is None or self.host is None:
             raise ValueError(f"op {self.op.name} has no driver or no CPU function")
@@ -84,6 +90,9 @@ class DriverEngine(DeviceEngine):
             dispose=lambda buffer: buffer.close(),
         )
         self.filtered = _encode_png_filtered()
+        self.deflate = None  # imgops._cli_kernels where the device deflates (its framing)
+        if self.filtered and os.environ.get("IMGOPS_GPU_DEFLATE", "1") != "0":
+            self.deflate = device_deflate(self.settings.png_level)
 
     def _run_batch(
         self, stage: DriverStage, batch: list[_Item], images: dict[int, Any]
@@ -149,14 +158,13 @@ class DriverEngine(DeviceEngine):
                 source = self._filter_rows(stage, out, owned)
                 pitch = out.row_bytes + 1
                 nbytes = out.height * pitch
+                if self.deflate is not None and out.height:
+                    copies.append(self._deflate_rows(stage, item, out, source, owned))
+                    continue
             else:
                 source, pitch = out.ptr, out.pitch
                 nbytes = out.pitch * (out.height - 1) + out.row_bytes if out.height else 0
-            waited = time.perf_counter()
-            buffer = self.pool.acquire(max(1, nbytes))  # type: ignore[union-attr]
-            waited = time.perf_counter() - waited
-            self._pool_wait += waited
-            self.phases.add("device.wait_pool", waited)
+            buffer = self._acquire(max(1, nbytes))
             if nbytes:
                 stage.device.copy_to_host(buffer.ptr, source, nbytes, stage.stream)
             item.extra["out_shape"], item.extra["itemsize"] = out.shape, 1
@@ -171,6 +179,39 @@ class DriverEngine(DeviceEngine):
             item.result.seconds["device"] = share
             self.encoders.submit(self._finish, item, event, buffer, host, jpeg)
         return event
+
+    def _acquire(self, nbytes: int) -> Any:
+        """A pinned buffer of at least nbytes from the pool (the wait is timed)."""
+        waited = time.perf_counter()
+        buffer = self.pool.acquire(nbytes)  # type: ignore[union-attr]
+        waited = time.perf_counter() - waited
+        self._pool_wait += waited
+        self.phases.add("device.wait_pool", waited)
+        return buffer
+
+    def _deflate_rows(
+        self, stage: DriverStage, item: _Item, out: DeviceImage, rows: int, owned: list[int]
+    ) -> tuple[_Item, Any, np.ndarray, None]:
+        """Deflates the filtered rows on the device (the CPU encoder's bytes) and queues the
+        copy of the zlib stream, and of its length, into a pinned buffer laid out as the PNG
+        file: the encode thread frames it in place (png_finish_zlib)."""
+        from .cuda_driver import DeflateLayout
+
+        kernels = self.deflate
+        pitch = out.row_bytes + 1
+        layout = DeflateLayout(*kernels.png_deflate_layout(pitch, out.height))
+        work = stage.device.alloc(layout.total, stage.stream)
+        owned.append(work)
+        stage.kernels.png_deflate(rows, pitch, out.height, work, layout, stage.stream)
+        head = kernels.PNG_HEAD_BYTES
+        room = head + layout.out_bytes + 12 * (layout.out_bytes // kernels.PNG_IDAT_MAX + 1) + 12
+        buffer = self._acquire(room + 8)  # the stream's length in the last 8 bytes
+        device = stage.device
+        device.copy_to_host(buffer.ptr + head, work + layout.out, layout.out_bytes, stage.stream)
+        device.copy_to_host(buffer.ptr + room, work + layout.size, 8, stage.stream)
+        item.extra["out_shape"], item.extra["itemsize"] = out.shape, 1
+        item.extra["zlib"] = (room, layout.out_bytes)
+        return item, buffer, buffer.array()[: room + 8], None
 
     def _filter_rows(self, stage: DriverStage, out: DeviceImage, owned: list[int]) -> int:
         """The PNG-filtered rows of `out` in device memory (the CPU filter's bytes)."""
@@ -222,6 +263,20 @@ class DriverEngine(DeviceEngine):
     @staticmethod
     def _host_array(host: Any) -> np.ndarray:
         return host if host.flags.c_contiguous else np.ascontiguousarray(host)
+
+    def _encode(self, item: _Item, host: Any, jpeg: bytes | None) -> bytes | memoryview:
+        """As DeviceEngine._encode; a zlib stream deflated on the device is framed in place."""
+        zlib = item.extra.get("zlib")
+        if zlib is None or jpeg is not None:
+            return super()._encode(item, host, jpeg)
+        room, out_bytes = zlib
+        size = int.from_bytes(host[room : room + 8].tobytes(), "little")
+        if not 6 <= size <= out_bytes:
+            raise RuntimeError(f"the device deflate gave a stream of {size} bytes")
+        shape = item.extra["out_shape"]
+        channels = 1 if len(shape) == 2 else shape[2]
+        n = self.deflate.png_finish_zlib(host, size, shape[1], shape[0], channels, 1)
+        return memoryview(host[:n])
 
     def run(self, jobs: Any, on_result: Any) -> None:
         """As DeviceEngine.run; the pinned buffers are freed at the end."""

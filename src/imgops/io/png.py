@@ -127,6 +127,16 @@ def _uses_row_deflate(level: int) -> bool:
     return level == 2 or (level == 1 and "isal" not in _BACKENDS)
 
 
+def device_deflate(level: int) -> Any:
+    """imgops._cli_kernels where the GPU's deflate (csrc/device/png_deflate_kernels.cuh) gives
+    this level's exact bytes (the levels imgops' own row deflate serves) and the module can frame
+    its stream (png_finish_zlib); else None."""
+    kernels = cli_kernels()
+    if kernels is None or not _uses_row_deflate(level) or not hasattr(kernels, "png_finish_zlib"):
+        return None
+    return kernels
+
+
 def _plan(level: int) -> tuple[str, Callable[[], Any]]:
     """The filter mode and a compressor factory for a level (the Python-side deflates)."""
     if level == 0:
