@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from click.testing import CliRunner
 
 from imgops.cli import cli
@@ -76,3 +77,16 @@ def test_doctor_shows_the_decoder_and_encoders():
 
     info = codec_info()
     assert info["png level 2"] and "gpu jpeg decoder" in info and "tiff codecs" in info
+
+
+def test_doctor_says_where_the_cuda_engine_deflates(monkeypatch):
+    from imgops.commands.doctor import cuda_engine_info
+    from imgops.engine.device import driver_engine_usable
+    from imgops.engine.ops import GRAY
+
+    if not driver_engine_usable(GRAY):
+        pytest.skip("the torch engine serves --device cuda here (no fatbin kernels)")
+    monkeypatch.setenv("IMGOPS_GPU_DEFLATE", "0")
+    assert "PNG deflate on the CPU threads (IMGOPS_GPU_DEFLATE=0)" in cuda_engine_info()
+    monkeypatch.delenv("IMGOPS_GPU_DEFLATE")
+    assert "PNG deflate on the GPU at --png-level 2" in cuda_engine_info()

@@ -105,9 +105,17 @@ def cuda_engine_info() -> str:
         decoder = f"its Python module (the C API binding is checked for {nvimgcodec_c.VERIFIED})"
     else:
         decoder = "its C API"
+    from ..io.png import DEFAULT_LEVEL, device_deflate
+
+    if os.environ.get("IMGOPS_GPU_DEFLATE", "1") == "0":
+        deflate = "the CPU threads (IMGOPS_GPU_DEFLATE=0)"
+    elif device_deflate(DEFAULT_LEVEL) is None:
+        deflate = "the CPU threads (imgops._cli_kernels is not built)"
+    else:
+        deflate = "the GPU at --png-level 2 (the CPU encoder's bytes), the CPU at other levels"
     return (
         f"torch-free: fatbin kernels through the CUDA driver, nvImageCodec decode through "
-        f"{decoder}{where}"
+        f"{decoder}, PNG deflate on {deflate}{where}"
     )
 
 
