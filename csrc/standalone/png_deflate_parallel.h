@@ -289,10 +289,13 @@ IMGOPS_HD inline void canonical_codes(const uint8_t* lengths, int n, uint16_t* c
 struct HeaderWriter {
   uint32_t* words;
   int32_t bits = 0;
+  // n <= 32; bits of value above n are ignored
   IMGOPS_HD void put(uint32_t value, int n) {
-    for (int i = 0; i < n; ++i) {
-      if ((value >> i) & 1u) words[(bits + i) >> 5] |= 1u << ((bits + i) & 31);
-    }
+    if (n <= 0) return;
+    const uint32_t mask = n == 32 ? ~0u : (1u << n) - 1u;
+    const uint64_t shifted = static_cast<uint64_t>(value & mask) << (bits & 31);
+    words[bits >> 5] |= static_cast<uint32_t>(shifted);
+    if ((bits & 31) + n > 32) words[(bits >> 5) + 1] |= static_cast<uint32_t>(shifted >> 32);
     bits += n;
   }
 };
