@@ -190,39 +190,6 @@ inline void for_each_match(size_t length, Match&& match) {
   }
 }
 
-// Writes the code lengths of one tree as code-length symbols (0..18) with their extra bits:
-// calls emit(symbol, extra_bits, extra_value).
-template <typename Emit>
-inline void code_length_symbols(const uint8_t* lengths, int n, Emit&& emit) {
-  int i = 0;
-  while (i < n) {
-    const int value = lengths[i];
-    int run = 1;
-    while (i + run < n && lengths[i + run] == value) ++run;
-    i += run;
-    if (value == 0) {
-      while (run >= 11) {
-        const int piece = run < 138 ? run : 138;
-        emit(18, 7, piece - 11);
-        run -= piece;
-      }
-      if (run >= 3) {
-        emit(17, 3, run - 3);
-        run = 0;
-      }
-    } else {
-      emit(value, 0, 0);
-      --run;
-      while (run >= 3) {
-        const int piece = run < 6 ? run : 6;
-        emit(16, 2, piece - 3);
-        run -= piece;
-      }
-    }
-    for (; run > 0; --run) emit(value, 0, 0);
-  }
-}
-
 // Codes of two literals at once (the first in the low byte of the index): code bits 0..25,
 // the summed length from bit kPairShift (codes are at most 13 bits).
 __attribute__((always_inline)) inline void build_pairs_body(const uint16_t* codes,

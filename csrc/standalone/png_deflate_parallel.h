@@ -23,11 +23,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#if defined(__CUDACC__)
-#define IMGOPS_HD __host__ __device__
-#else
-#define IMGOPS_HD
-#endif
+#include "png_codes.h"  // IMGOPS_HD, canonical_codes, code_length_symbols (the CPU's)
 
 namespace imgops {
 namespace png {
@@ -261,30 +257,6 @@ IMGOPS_HD inline void huffman_lengths_sorted(const uint32_t* freq, int n, int ma
   for (int i = 0; i < leaves; ++i) lengths[order[i]] = static_cast<uint8_t>(bits[i]);
 }
 
-// png_huffman.h's canonical_codes: bit-reversed canonical codes for an LSB-first writer.
-IMGOPS_HD inline void canonical_codes(const uint8_t* lengths, int n, uint16_t* codes) {
-  int count[16] = {0};
-  for (int s = 0; s < n; ++s) ++count[lengths[s]];
-  count[0] = 0;
-  int next[16] = {0};
-  int code = 0;
-  for (int bits = 1; bits < 16; ++bits) {
-    code = (code + count[bits - 1]) << 1;
-    next[bits] = code;
-  }
-  for (int s = 0; s < n; ++s) {
-    const int len = lengths[s];
-    if (len == 0) {
-      codes[s] = 0;
-      continue;
-    }
-    int value = next[len]++;
-    int reversed = 0;
-    for (int b = 0; b < len; ++b, value >>= 1) reversed = (reversed << 1) | (value & 1);
-    codes[s] = static_cast<uint16_t>(reversed);
-  }
-}
-
 // Appends bits LSB first into words (zeroed beforehand) from bit 0; used for the header.
 struct HeaderWriter {
   uint32_t* words;
@@ -299,38 +271,6 @@ struct HeaderWriter {
     bits += n;
   }
 };
-
-// png_deflate.h's code_length_symbols for one tree; emit(symbol, extra_bits, extra).
-template <typename Emit>
-IMGOPS_HD inline void code_length_symbols(const uint8_t* lengths, int n, Emit&& emit) {
-  int i = 0;
-  while (i < n) {
-    const int value = lengths[i];
-    int run = 1;
-    while (i + run < n && lengths[i + run] == value) ++run;
-    i += run;
-    if (value == 0) {
-      while (run >= 11) {
-        const int piece = run < 138 ? run : 138;
-        emit(18, 7, piece - 11);
-        run -= piece;
-      }
-      if (run >= 3) {
-        emit(17, 3, run - 3);
-        run = 0;
-      }
-    } else {
-      emit(value, 0, 0);
-      --run;
-      while (run >= 3) {
-        const int piece = run < 6 ? run : 6;
-        emit(16, 2, piece - 3);
-        run -= piece;
-      }
-    }
-    for (; run > 0; --run) emit(value, 0, 0);
-  }
-}
 
 // RowDeflater::fit + build_tables + write_header: the table of a stripe from its sampled
 // counts. `order` must come from sort_used over the weights 4 * sample + 1 (every symbol is

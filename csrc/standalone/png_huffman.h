@@ -7,6 +7,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "png_codes.h"
+
 namespace imgops {
 namespace png {
 
@@ -64,30 +66,6 @@ inline void huffman_lengths(const uint32_t* freq, int n, int max_bits, uint8_t* 
     take = 2 * (take - leaf_count);
   }
   for (size_t i = 0; i < leaves; ++i) lengths[used[i]] = static_cast<uint8_t>(bits[i]);
-}
-
-// Canonical codes for the lengths, bit-reversed for an LSB-first bit writer.
-inline void canonical_codes(const uint8_t* lengths, int n, uint16_t* codes) {
-  int count[16] = {0};
-  for (int s = 0; s < n; ++s) ++count[lengths[s]];
-  count[0] = 0;
-  int next[16] = {0};
-  int code = 0;
-  for (int bits = 1; bits < 16; ++bits) {
-    code = (code + count[bits - 1]) << 1;
-    next[bits] = code;
-  }
-  for (int s = 0; s < n; ++s) {
-    const int len = lengths[s];
-    if (len == 0) {
-      codes[s] = 0;
-      continue;
-    }
-    int value = next[len]++;
-    int reversed = 0;
-    for (int b = 0; b < len; ++b, value >>= 1) reversed = (reversed << 1) | (value & 1);
-    codes[s] = static_cast<uint16_t>(reversed);
-  }
 }
 
 }  // namespace png
