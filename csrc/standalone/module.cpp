@@ -181,40 +181,17 @@ PyObject* png_encode(PyObject* /*self*/, PyObject* args) {
   return result;
 }
 
-PyObject* png_encode_filtered(PyObject* /*self*/, PyObject* args) {
+// The arguments (rows, width, height, channels, itemsize) of the encoders of filtered rows, and
+// the PNG file that encode(shape, rows, out) writes; RuntimeError with the message of a
+// std::logic_error it throws (the emulated GPU deflate's checks).
+template <typename Encode>
+PyObject* encode_filtered_rows(PyObject* args, const char* format, Encode&& encode) {
   Py_buffer rows;
   imgops::png::ImageShape shape{};
   Py_ssize_t width = 0;
   Py_ssize_t height = 0;
-  if (!PyArg_ParseTuple(args, "y*nnii:png_encode_filtered", &rows, &width, &height,
-                        &shape.channels, &shape.itemsize)) {
-    return nullptr;
-  }
-  shape.width = width;
-  shape.height = height;
-  const char* problem = check_png_shape(shape);
-  if (problem == nullptr && rows.len != shape.height * (shape.row_bytes() + 1)) {
-    problem = "rows must hold exactly height * (1 + row bytes) bytes";
-  }
-  const auto* data = static_cast<const uint8_t*>(rows.buf);
-  PyObject* result = nullptr;
-  if (problem == nullptr) {
-    result = png_bytes(shape, [&](uint8_t* out) {
-      return imgops::png::encode_filtered(shape, data, out);
-    });
-  }
-  PyBuffer_Release(&rows);
-  if (problem != nullptr) PyErr_SetString(PyExc_ValueError, problem);
-  return result;
-}
-
-PyObject* png_encode_filtered_emulated(PyObject* /*self*/, PyObject* args) {
-  Py_buffer rows;
-  imgops::png::ImageShape shape{};
-  Py_ssize_t width = 0;
-  Py_ssize_t height = 0;
-  if (!PyArg_ParseTuple(args, "y*nnii:png_encode_filtered_emulated", &rows, &width, &height,
-                        &shape.channels, &shape.itemsize)) {
+  if (!PyArg_ParseTuple(args, format, &rows, &width, &height, &shape.channels,
+                        &shape.itemsize)) {
     return nullptr;
   }
   shape.width = width;
@@ -229,7 +206,7 @@ PyObject* png_encode_filtered_emulated(PyObject* /*self*/, PyObject* args) {
   if (problem == nullptr) {
     result = png_bytes(shape, [&](uint8_t* out) -> size_t {
       try {
-        return imgops::png::encode_filtered_emulated(shape, data, out);
+        return encode(shape, data, out);
       } catch (const std::logic_error& error) {
         broken = error.what();
         return 0;
@@ -244,6 +221,15 @@ PyObject* png_encode_filtered_emulated(PyObject* /*self*/, PyObject* args) {
     return nullptr;
   }
   return result;
+}
+
+PyObject* png_encode_filtered(PyObject* /*self*/, PyObject* args) {
+  return encode_filtered_rows(args, "y*nnii:png_encode_filtered", imgops::png::encode_filtered);
+}
+
+PyObject* png_encode_filtered_emulated(PyObject* /*self*/, PyObject* args) {
+  return encode_filtered_rows(args, "y*nnii:png_encode_filtered_emulated",
+                              imgops::png::encode_filtered_emulated);
 }
 
 PyObject* png_deflate_layout(PyObject* /*self*/, PyObject* args) {
