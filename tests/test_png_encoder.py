@@ -5,6 +5,7 @@ where installed, and encode_png == encode_png_filtered(png_filter rows) byte for
 from __future__ import annotations
 
 import io
+import os
 import shutil
 import struct
 import subprocess
@@ -354,3 +355,30 @@ def test_rows_wider_than_a_block() -> None:
     check_file(noise, assert_filtered_path_matches(noise))
     ramp = _image("gradient", (4, 20000, 3), np.uint16, 9)
     check_file(ramp, assert_filtered_path_matches(ramp))
+
+
+def _available_memory() -> int:
+    """Bytes of physical memory free now (0 where unknown)."""
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return 0
+
+
+@needs_kernels
+@pytest.mark.slow
+@pytest.mark.skipif(_available_memory() < 8 << 30, reason="needs 8 GiB of free memory")
+def test_stored_rows_wider_than_a_stored_piece_fit_the_output_buffer() -> None:
+    """Noise rows of 70001 bytes: every block (one row) is stored as two pieces. The output
+    buffer's bound once counted pieces over the whole input, not per block, and 30700 such rows
+    (2.1 GB) overflowed it; here the file's length is the exact all-stored length."""
+    height, row = 30700, 70001
+    chunk = np.random.default_rng().integers(0, 256, (11, row), dtype=np.uint8)
+    chunk[:, 0] = 0  # filter None
+    data = np.tile(chunk, (height // 11 + 1, 1))[:height].tobytes()
+    encoded = KERNELS.png_encode_filtered(data, row - 1, height, 1, 1)
+    del data
+    stream = 2 + height * (row + 2 * 5) + 4  # zlib header, two pieces a row, Adler-32
+    idat_chunks = -(-stream // 2**30)
+    assert len(encoded) == KERNELS.PNG_HEAD_BYTES + stream + 4 + 12 * (idat_chunks - 1) + 12
+    assert encoded[-12:] == b"\0\0\0\0IEND\xaeB`\x82"

@@ -235,17 +235,19 @@ inline void build_pairs(const uint16_t* codes, const uint8_t* lengths, uint32_t*
 // the blocks that table serves, in order; then the next stripe.
 class RowDeflater {
  public:
-  // `out` has room for max_zlib_bytes(total input, largest block) bytes.
+  // `out` has room for max_zlib_bytes(total input, largest block, blocks) bytes.
   explicit RowDeflater(uint8_t* out) : writer_(out), start_(out), pairs_(65536) {
     writer_.put_flush(0x78 | (0x01 << 8), 16);  // CMF 0x78 (deflate, 32K window), FLG 0x01
     std::memset(sample_, 0, sizeof(sample_));
   }
 
-  static size_t max_zlib_bytes(size_t input, size_t largest_block) {
-    // stored blocks at worst: 5 bytes a 65535-byte piece, plus the header, the trailer, the
-    // writer's 8 bytes of slack, and room for one dynamic block that came out larger than
+  static size_t max_zlib_bytes(size_t input, size_t largest_block, size_t blocks) {
+    // stored blocks at worst: 6 bytes a piece of at most 65535 bytes (LEN, NLEN, the 3-bit
+    // header and its padding), and a block of n bytes has at most n / 65535 + 1 pieces: rows
+    // wider than 65535 bytes make a piece of every block's tail. Plus the header, the trailer,
+    // the writer's 8 bytes of slack, and room for one dynamic block that came out larger than
     // stored (13 bits a byte at most, plus its header) before it is rewound.
-    return input + 5 * (input / 65535 + 2) + 64 + largest_block * 13 / 8 + 1024;
+    return input + 6 * (input / 65535 + blocks + 1) + 64 + largest_block * 13 / 8 + 1024;
   }
 
   // Counts the symbols of data[0..n) (a sampled row) towards the table.

@@ -62,7 +62,9 @@ constexpr int64_t kMaxTables = 8;
 inline size_t max_png_bytes(const ImageShape& shape) {
   const size_t largest_block =
       static_cast<size_t>(rows_per_block(shape)) * (static_cast<size_t>(shape.row_bytes()) + 1);
-  const size_t zlib = RowDeflater::max_zlib_bytes(filtered_bytes(shape), largest_block);
+  const size_t blocks = static_cast<size_t>((shape.height + rows_per_block(shape) - 1) /
+                                            rows_per_block(shape));
+  const size_t zlib = RowDeflater::max_zlib_bytes(filtered_bytes(shape), largest_block, blocks);
   return kHeadBytes + zlib + 12 * (zlib / kIdatMax + 1) + 12;
 }
 
