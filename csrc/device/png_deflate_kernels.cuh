@@ -5,8 +5,9 @@
 //
 // imgops_png_deflate_sample  one block per sampled row (grid-stride): the row's symbol counts
 //                            into its stripe's histogram; the block that adds a stripe's last
-//                            row fits the stripe's Huffman table (one thread; the package-merge
-//                            works in shared memory). kSampleThreads threads.
+//                            row fits the stripe's Huffman table (the package-merge's levels
+//                            merged by the whole block in shared memory, the rest of the table
+//                            by one thread). kSampleThreads threads.
 // imgops_png_deflate_count   one block per deflate block (grid-stride), a thread per 64-byte
 //                            chunk in rounds: each chunk's bits, the block's dynamic size and
 //                            its Adler-32 sums. kBlockThreads threads.
@@ -59,9 +60,9 @@ __device__ inline p::Unit block_unit(const p::Geometry& g, const uint8_t* rows, 
   return p::Unit{rows, first * g.row, (first + p::block_row_count(g, k)) * g.row};
 }
 
-// A stripe's table copied into shared memory by the whole block (Table is made of 32-bit
-// words' worth of members: sizeof is a multiple of 4).
-__device__ inline void load_table(const p::Table& from, p::Table& to) {
+// A table copied by the whole block, e.g. a stripe's into shared memory (Table is made of
+// 32-bit words' worth of members: sizeof is a multiple of 4).
+__device__ inline void copy_table(const p::Table& from, p::Table& to) {
   static_assert(sizeof(p::Table) % 4 == 0, "Table copies as words");
   const auto* src = reinterpret_cast<const uint32_t*>(&from);
   auto* dst = reinterpret_cast<uint32_t*>(&to);
@@ -132,7 +133,9 @@ extern "C" __global__ void __launch_bounds__(imgops::png_deflate_device::kSample
   __shared__ uint32_t freq[p::kSymbols];
   __shared__ int16_t order[p::kSymbols];
   __shared__ p::FitScratch scratch;
+  __shared__ p::Table fitted;
   __shared__ int fits;
+  __shared__ int counted;  // the fit's count()
   const d::Workspace ws{p::layout(row, height), workspace};
   const p::Geometry& g = ws.l.g;
   const int64_t jobs = g.stripes * g.samples;
@@ -175,7 +178,25 @@ extern "C" __global__ void __launch_bounds__(imgops::png_deflate_device::kSample
         order[rank] = static_cast<int16_t>(t);
       }
       __syncthreads();
-      if (threadIdx.x == 0) p::fit_table(freq, order, &ws.tables()[s], scratch);
+      auto each = [](int n, auto&& f) {
+        for (int i = threadIdx.x; i < n; i += blockDim.x) f(i);
+        __syncthreads();
+      };
+      auto count = [](int n, auto&& pred) {
+        if (threadIdx.x == 0) counted = 0;
+        __syncthreads();
+        int mine = 0;
+        for (int i = threadIdx.x; i < n; i += blockDim.x) mine += pred(i) ? 1 : 0;
+        if (mine != 0) atomicAdd(&counted, mine);
+        __syncthreads();
+        const int all = counted;
+        __syncthreads();  // (counted is reset by the next call)
+        return all;
+      };
+      p::fit_lengths(freq, order, &fitted, scratch, each, count);
+      if (threadIdx.x == 0) p::finish_table(&fitted, scratch);
+      __syncthreads();
+      d::copy_table(fitted, ws.tables()[s]);  // built in shared memory, stored whole
     }
     __syncthreads();
   }
@@ -190,7 +211,7 @@ extern "C" __global__ void __launch_bounds__(imgops::png_deflate_device::kBlockT
   const d::Workspace ws{p::layout(row, height), workspace};
   const p::Geometry& g = ws.l.g;
   for (int64_t k = blockIdx.x; k < g.blocks; k += gridDim.x) {
-    d::load_table(ws.tables()[k / g.stripe_blocks], table);
+    d::copy_table(ws.tables()[k / g.stripe_blocks], table);
     __syncthreads();
     const p::Unit unit = d::block_unit(g, rows, k);
     const int64_t n = unit.end - unit.begin;
@@ -255,7 +276,7 @@ extern "C" __global__ void __launch_bounds__(imgops::png_deflate_device::kBlockT
         p::write_stored_chunk(unit, c0, c1, last, words, info.start_bit, or_word, store_word);
       }
     } else {
-      d::load_table(ws.tables()[k / g.stripe_blocks], table);
+      d::copy_table(ws.tables()[k / g.stripe_blocks], table);
       __syncthreads();
       if (threadIdx.x == 0) {
         p::write_block_header(table, last, words, info, or_word, store_word);

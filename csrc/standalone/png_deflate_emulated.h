@@ -94,7 +94,16 @@ inline void sample_and_fit(const uint8_t* rows, const Workspace& ws) {
     int16_t order[p::kSymbols];
     p::weights(hist, freq);
     p::sort_used(freq, p::kSymbols, order);
-    p::fit_table(freq, order, &ws.tables()[s], *scratch);
+    auto each = [](int n, auto&& f) {
+      for (int i = 0; i < n; ++i) f(i);
+    };
+    auto count = [](int n, auto&& pred) {
+      int total = 0;
+      for (int i = 0; i < n; ++i) total += pred(i) ? 1 : 0;
+      return total;
+    };
+    p::fit_lengths(freq, order, &ws.tables()[s], *scratch, each, count);
+    p::finish_table(&ws.tables()[s], *scratch);
   }
 }
 

@@ -257,6 +257,83 @@ IMGOPS_HD inline void huffman_lengths_sorted(const uint32_t* freq, int n, int ma
   for (int i = 0; i < leaves; ++i) lengths[order[i]] = static_cast<uint8_t>(bits[i]);
 }
 
+// huffman_lengths_sorted with each level's merge done in parallel, for leaves >= 2 (the same
+// lengths). `each(n, f)` calls f(i) for every i < n and returns once all are done; `count(n,
+// pred)` returns, to every caller, how many i < n satisfy pred. The device runs both across a
+// thread block (with barriers), the host as loops (png_deflate_emulated.h: the CPU tests).
+// A merged level holds the leaves (sorted) and the packages (sums of pairs of the level below,
+// sorted too); the serial merge takes a leaf first when leaf <= package, so a leaf's place is
+// its index plus the packages smaller than it, a package's its index plus the leaves not larger.
+template <typename Each, typename Count>
+IMGOPS_HD inline void huffman_lengths_parallel(const uint32_t* freq, int n, int max_bits,
+                                               const int16_t* order, int leaves,
+                                               uint8_t* lengths, HuffmanScratch& scratch,
+                                               Each&& each, Count&& count) {
+  auto& is_leaf = scratch.is_leaf;
+  uint64_t* below = scratch.below;
+  uint64_t* merged = scratch.merged;
+  each(2 * kSymbols, [&](int i) {
+    if (i < n) lengths[i] = 0;
+    if (i < leaves) {
+      below[i] = freq[order[i]];
+      is_leaf[max_bits - 1][i] = 1;
+    }
+  });
+  int below_count = leaves;
+  for (int level = max_bits - 2; level >= 0; --level) {
+    const int pairs = below_count / 2;
+    each(leaves + pairs, [&](int j) {
+      if (j < leaves) {
+        const uint64_t leaf = freq[order[j]];
+        int lo = 0;
+        int hi = pairs;  // packages < leaf
+        while (lo < hi) {
+          const int mid = (lo + hi) / 2;
+          if (below[2 * mid] + below[2 * mid + 1] < leaf) {
+            lo = mid + 1;
+          } else {
+            hi = mid;
+          }
+        }
+        merged[j + lo] = leaf;
+        is_leaf[level][j + lo] = 1;
+      } else {
+        const int pair = j - leaves;
+        const uint64_t package = below[2 * pair] + below[2 * pair + 1];
+        int lo = 0;
+        int hi = leaves;  // leaves <= package
+        while (lo < hi) {
+          const int mid = (lo + hi) / 2;
+          if (freq[order[mid]] <= package) {
+            lo = mid + 1;
+          } else {
+            hi = mid;
+          }
+        }
+        merged[pair + lo] = package;
+        is_leaf[level][pair + lo] = 0;
+      }
+    });
+    uint64_t* swap = below;
+    below = merged;
+    merged = swap;
+    below_count = leaves + pairs;
+  }
+  // The active leaves of each level, from the top: a leaf's length is the number of levels
+  // whose active leaves include it.
+  int32_t leaf_counts[16] = {0};
+  int take = 2 * leaves - 2;
+  for (int level = 0; level < max_bits && take > 0; ++level) {
+    leaf_counts[level] = count(take, [&](int i) { return is_leaf[level][i] != 0; });
+    take = 2 * (take - leaf_counts[level]);
+  }
+  each(leaves, [&](int i) {
+    int bits = 0;
+    for (int level = 0; level < max_bits; ++level) bits += i < leaf_counts[level] ? 1 : 0;
+    lengths[order[i]] = static_cast<uint8_t>(bits);
+  });
+}
+
 // Appends bits LSB first into words (zeroed beforehand) from bit 0; used for the header.
 struct HeaderWriter {
   uint32_t* words;
@@ -273,8 +350,8 @@ struct HeaderWriter {
 };
 
 // RowDeflater::fit + build_tables + write_header: the table of a stripe from its sampled
-// counts. `order` must come from sort_used over the weights 4 * sample + 1 (every symbol is
-// used, so that is a sort of all kSymbols).
+// counts (fit_lengths, then finish_table). `order` must come from sort_used over the weights
+// 4 * sample + 1 (every symbol is used, so that is a sort of all kSymbols).
 IMGOPS_HD inline void weights(const uint32_t* sample, uint32_t* freq) {
   for (int s = 0; s < kSymbols; ++s) freq[s] = 4 * sample[s] + 1;
   freq[256] = 1;
@@ -287,10 +364,17 @@ struct FitScratch {
   uint8_t extras[kSymbols + 2];
 };
 
-IMGOPS_HD inline void fit_table(const uint32_t* freq, const int16_t* order, Table* table,
-                                FitScratch& scratch) {
-  huffman_lengths_sorted(freq, kSymbols, kMaxBits, order, kSymbols, table->lit_len,
-                         scratch.huffman);
+// The lengths of the literal/length code: `order` sorts all kSymbols weights (see above).
+template <typename Each, typename Count>
+IMGOPS_HD inline void fit_lengths(const uint32_t* freq, const int16_t* order, Table* table,
+                                  FitScratch& scratch, Each&& each, Count&& count) {
+  huffman_lengths_parallel(freq, kSymbols, kMaxBits, order, kSymbols, table->lit_len,
+                           scratch.huffman, each, count);
+}
+
+// The rest of the table from its literal/length code lengths (one thread): the codes, the
+// block header that describes them, the bits of every match length.
+IMGOPS_HD inline void finish_table(Table* table, FitScratch& scratch) {
   canonical_codes(table->lit_len, kSymbols, table->lit_code);
   const uint8_t dist_len[2] = {1, 1};
   int lit_count = kSymbols;

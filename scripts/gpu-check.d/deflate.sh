@@ -67,6 +67,21 @@ t = time.perf_counter()
 for rep in range(40):
     kernels.png_deflate(src, row, h, work, layout, stream)
 stream.synchronize(); queued = (time.perf_counter() - t) / 40
+# each stage alone (synchronized; the stages need their predecessors' results, so run in order)
+params = [cd.ctypes.c_uint64(src), cd.ctypes.c_longlong(row), cd.ctypes.c_longlong(h), cd.ctypes.c_uint64(work)]
+sms = dev.multiprocessors
+grids = [min(h // 4 + 9, sms * 16), min(layout.blocks, sms * 16), 1, min(layout.blocks, sms * 16)]
+threads = [cd._DEFLATE_SAMPLE_THREADS, cd._DEFLATE_BLOCK_THREADS, 1, cd._DEFLATE_BLOCK_THREADS]
+stages = {name: [] for name in ("memset",) + cd._DEFLATE_KERNELS}
+for rep in range(20):
+    t = time.perf_counter(); dev.memset(work, 0, layout.total, stream); stream.synchronize()
+    stages["memset"].append(time.perf_counter() - t)
+    for function, name, grid, block in zip(kernels._deflate, cd._DEFLATE_KERNELS, grids, threads):
+        t = time.perf_counter()
+        kernels._launch(function, name, (grid, 1), block, stream, params); stream.synchronize()
+        stages[name].append(time.perf_counter() - t)
+print("stages (ms, median of 20, each synchronized):",
+      {k.replace("imgops_png_deflate_", ""): round(1000 * statistics.median(v), 3) for k, v in stages.items()})
 cpu = []
 for rep in range(5):
     t = time.perf_counter(); png = k.png_encode_filtered(rows.tobytes(), row - 1, h, 1, 1)
@@ -78,7 +93,7 @@ print(f"4K gray ({h}x{row - 1}, {layout.blocks} blocks): GPU deflate {1000 * sta
       f"synchronized each, {1000 * queued:.2f} ms queued back to back; CPU encoder one thread "
       f"{1000 * statistics.median(cpu):.2f} ms; stream {n} bytes (PNG {len(png)})")
 PYEOF
-  cat "$OUT/deflate-kernels.txt" | tail -n 3
+  cat "$OUT/deflate-kernels.txt" | tail -n 4
 fi
 [ -d "$BATCH" ] || $PY scripts/make_photo_batch.py "$BATCH" --count 800 >"$OUT/deflate-batch.txt" 2>&1
 if wants identity; then
