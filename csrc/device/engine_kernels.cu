@@ -10,7 +10,7 @@
 //                       as the torch op png_filter). Launch with blockDim.x == 256, one block
 //                       per row up to any grid size.
 // imgops_png_deflate_*  the zlib stream of filtered rows, the CPU encoder's exact bytes
-//                       (png_deflate_kernels.cuh: four launches per image, in order).
+//                       (png_deflate_kernels.cuh: five launches per image, in order).
 #include <cstdint>
 
 #include "../bt601.h"

@@ -1,8 +1,11 @@
 // The row deflate of png_deflate_parallel.h across thread blocks: the CPU encoder's exact zlib
 // stream (png_encode.h's zlib_rows) made on the GPU, so that only the PNG chunk framing is left
-// to the CPU (png_finish_zlib). Four launches on one stream, over one image's workspace
+// to the CPU (png_finish_zlib). Five launches on one stream, over one image's workspace
 // (parallel::layout(row, height), zeroed before the first):
 //
+// imgops_png_deflate_breaks  one block per deflate block, a thread per 64-byte chunk: which
+//                            chunks hold a byte unequal to the one before (Unit::breaks: a
+//                            run's end is found by skipping chunks). kBlockThreads threads.
 // imgops_png_deflate_sample  one block per sampled row (grid-stride): the row's symbol counts
 //                            into its stripe's histogram; the block that adds a stripe's last
 //                            row fits the stripe's Huffman table (the package-merge's levels
@@ -19,7 +22,7 @@
 //                            chunk are atomicOr-ed (png_deflate_emulated.h checks this split).
 //                            kBlockThreads threads.
 //
-// All four take (rows, row, height, workspace): height filtered rows of `row` bytes (the filter
+// All five take (rows, row, height, workspace): height filtered rows of `row` bytes (the filter
 // byte included), contiguous. 64-bit offsets throughout.
 #pragma once
 
@@ -53,11 +56,17 @@ struct Workspace {
     return reinterpret_cast<uint32_t*>(base + l.chunk_bits);
   }
   __device__ uint64_t* size() const { return reinterpret_cast<uint64_t*>(base + l.size); }
+  __device__ uint32_t* breaks(int64_t k) const {
+    return reinterpret_cast<uint32_t*>(base + l.breaks) + k * l.g.break_words;
+  }
 };
 
-__device__ inline p::Unit block_unit(const p::Geometry& g, const uint8_t* rows, int64_t k) {
+// Block k as a unit, with its break bits.
+__device__ inline p::Unit block_unit(const Workspace& ws, const uint8_t* rows, int64_t k) {
+  const p::Geometry& g = ws.l.g;
   const int64_t first = p::block_first_row(g, k);
-  return p::Unit{rows, first * g.row, (first + p::block_row_count(g, k)) * g.row};
+  return p::Unit{rows, first * g.row, (first + p::block_row_count(g, k)) * g.row, ws.breaks(k),
+                 first * g.row};
 }
 
 // A table copied by the whole block, e.g. a stripe's into shared memory (Table is made of
@@ -124,6 +133,32 @@ struct StoreWord {
 }  // namespace png_deflate_device
 }  // namespace imgops
 
+extern "C" __global__ void __launch_bounds__(imgops::png_deflate_device::kBlockThreads)
+    imgops_png_deflate_breaks(const uint8_t* __restrict__ rows, long long row, long long height,
+                              uint8_t* workspace) {
+  namespace d = imgops::png_deflate_device;
+  namespace p = imgops::png::parallel;
+  const d::Workspace ws{p::layout(row, height), workspace};
+  const p::Geometry& g = ws.l.g;
+  for (int64_t k = blockIdx.x; k < g.blocks; k += gridDim.x) {
+    p::Unit unit = d::block_unit(ws, rows, k);
+    unit.breaks = nullptr;
+    uint32_t* bits = ws.breaks(k);
+    const int64_t chunks = (unit.end - unit.begin + p::kChunk - 1) / p::kChunk;
+    for (int64_t round = 0; round < chunks; round += blockDim.x) {  // (the same for all)
+      const int64_t j = round + threadIdx.x;
+      bool found = false;
+      if (j < chunks) {
+        const int64_t c0 = unit.begin + j * p::kChunk;
+        found = p::has_break(unit, c0, c0 + p::kChunk < unit.end ? c0 + p::kChunk : unit.end);
+      }
+      // a warp's 32 chunks are one word (rounds and warps start at multiples of 32)
+      const uint32_t word = __ballot_sync(0xffffffffu, found);
+      if ((threadIdx.x & 31) == 0 && j < chunks) bits[j >> 5] = word;
+    }
+  }
+}
+
 extern "C" __global__ void __launch_bounds__(imgops::png_deflate_device::kSampleThreads)
     imgops_png_deflate_sample(const uint8_t* __restrict__ rows, long long row, long long height,
                               uint8_t* workspace) {
@@ -146,7 +181,9 @@ extern "C" __global__ void __launch_bounds__(imgops::png_deflate_device::kSample
     for (int t = threadIdx.x; t < p::kSymbols; t += blockDim.x) counts[t] = 0;
     __syncthreads();
     const int64_t y = p::stripe_first_row(g, s) + p::kSampleStride * i;
-    const p::Unit unit{rows, y * g.row, (y + 1) * g.row};
+    const int64_t k = y / g.block_rows;
+    const p::Unit unit{rows, y * g.row, (y + 1) * g.row, ws.breaks(k),
+                       p::block_first_row(g, k) * g.row};
     for (int64_t c0 = unit.begin + int64_t{threadIdx.x} * p::kChunk; c0 < unit.end;
          c0 += int64_t{blockDim.x} * p::kChunk) {
       const int64_t c1 = c0 + p::kChunk < unit.end ? c0 + p::kChunk : unit.end;
@@ -213,7 +250,7 @@ extern "C" __global__ void __launch_bounds__(imgops::png_deflate_device::kBlockT
   for (int64_t k = blockIdx.x; k < g.blocks; k += gridDim.x) {
     d::copy_table(ws.tables()[k / g.stripe_blocks], table);
     __syncthreads();
-    const p::Unit unit = d::block_unit(g, rows, k);
+    const p::Unit unit = d::block_unit(ws, rows, k);
     const int64_t n = unit.end - unit.begin;
     const int64_t chunks = (n + p::kChunk - 1) / p::kChunk;
     uint64_t bits = 0;
@@ -267,7 +304,7 @@ extern "C" __global__ void __launch_bounds__(imgops::png_deflate_device::kBlockT
   for (int64_t k = blockIdx.x; k < g.blocks; k += gridDim.x) {
     const p::BlockInfo info = ws.blocks()[k];
     const bool last = k == g.blocks - 1;
-    const p::Unit unit = d::block_unit(g, rows, k);
+    const p::Unit unit = d::block_unit(ws, rows, k);
     const int64_t chunks = (unit.end - unit.begin + p::kChunk - 1) / p::kChunk;
     if (info.stored) {
       for (int64_t j = threadIdx.x; j < chunks; j += blockDim.x) {

@@ -35,6 +35,9 @@ struct Workspace {
   p::Table* tables() const { return reinterpret_cast<p::Table*>(base + l.tables); }
   p::BlockInfo* blocks() const { return reinterpret_cast<p::BlockInfo*>(base + l.blocks); }
   uint32_t* chunk_bits() const { return reinterpret_cast<uint32_t*>(base + l.chunk_bits); }
+  uint32_t* breaks(int64_t k) const {
+    return reinterpret_cast<uint32_t*>(base + l.breaks) + k * l.g.break_words;
+  }
   uint64_t* size() const { return reinterpret_cast<uint64_t*>(base + l.size); }
 };
 
@@ -71,9 +74,26 @@ struct WordWriters {
   }
 };
 
-inline const p::Unit block_unit(const p::Geometry& g, const uint8_t* rows, int64_t k) {
+// Block k as a unit, with its break bits.
+inline p::Unit block_unit(const Workspace& ws, const uint8_t* rows, int64_t k) {
+  const p::Geometry& g = ws.l.g;
   const int64_t first = p::block_first_row(g, k);
-  return p::Unit{rows, first * g.row, (first + p::block_row_count(g, k)) * g.row};
+  return p::Unit{rows, first * g.row, (first + p::block_row_count(g, k)) * g.row, ws.breaks(k),
+                 first * g.row};
+}
+
+// Kernel 0: which chunks of each block hold a break (p::Unit::breaks).
+inline void find_breaks(const uint8_t* rows, const Workspace& ws) {
+  const p::Geometry& g = ws.l.g;
+  for (int64_t k = 0; k < g.blocks; ++k) {
+    p::Unit unit = block_unit(ws, rows, k);
+    unit.breaks = nullptr;
+    uint32_t* bits = ws.breaks(k);
+    for (int64_t c0 = unit.begin, j = 0; c0 < unit.end; c0 += p::kChunk, ++j) {
+      const int64_t c1 = c0 + p::kChunk < unit.end ? c0 + p::kChunk : unit.end;
+      if (p::has_break(unit, c0, c1)) bits[j >> 5] |= 1u << (j & 31);
+    }
+  }
 }
 
 // Kernel 1: the sampled rows' symbol counts, then each stripe's table.
@@ -84,7 +104,9 @@ inline void sample_and_fit(const uint8_t* rows, const Workspace& ws) {
     uint32_t* hist = ws.histogram(s);
     for (int64_t j = 0; j < p::stripe_samples(g, s); ++j) {
       const int64_t y = p::stripe_first_row(g, s) + p::kSampleStride * j;
-      const p::Unit unit{rows, y * g.row, (y + 1) * g.row};
+      const int64_t k = y / g.block_rows;
+      const p::Unit unit{rows, y * g.row, (y + 1) * g.row, ws.breaks(k),
+                         p::block_first_row(g, k) * g.row};
       for (int64_t c0 = unit.begin; c0 < unit.end; c0 += p::kChunk) {
         const int64_t c1 = c0 + p::kChunk < unit.end ? c0 + p::kChunk : unit.end;
         p::sample_chunk(unit, c0, c1, [&](int symbol) { ++hist[symbol]; });
@@ -112,7 +134,7 @@ inline void count(const uint8_t* rows, const Workspace& ws) {
   const p::Geometry& g = ws.l.g;
   for (int64_t k = 0; k < g.blocks; ++k) {
     const p::Table& table = ws.tables()[k / g.stripe_blocks];
-    const p::Unit unit = block_unit(g, rows, k);
+    const p::Unit unit = block_unit(ws, rows, k);
     const int64_t n = unit.end - unit.begin;
     uint64_t bits = 3 + static_cast<uint64_t>(table.header_bits) + table.lit_len[256];
     uint64_t sum = 0;
@@ -149,7 +171,7 @@ inline void write(const uint8_t* rows, const Workspace& ws, WordWriters& writers
     const p::Table& table = ws.tables()[k / g.stripe_blocks];
     const p::BlockInfo& info = ws.blocks()[k];
     const bool last = k == g.blocks - 1;
-    const p::Unit unit = block_unit(g, rows, k);
+    const p::Unit unit = block_unit(ws, rows, k);
     if (info.stored) {
       for (int64_t c0 = unit.begin; c0 < unit.end; c0 += p::kChunk) {
         const int64_t c1 = c0 + p::kChunk < unit.end ? c0 + p::kChunk : unit.end;
@@ -176,6 +198,7 @@ inline size_t zlib_rows(const uint8_t* rows, int64_t row, int64_t height, uint8_
   std::vector<uint64_t> memory(static_cast<size_t>(l.total / 8), 0);
   const Workspace ws{l, reinterpret_cast<uint8_t*>(memory.data())};
   WordWriters writers(ws.words(), static_cast<size_t>(l.out_bytes / 4), true);
+  find_breaks(rows, ws);
   sample_and_fit(rows, ws);
   count(rows, ws);
   plan(ws, writers);

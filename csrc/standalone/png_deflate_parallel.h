@@ -48,6 +48,7 @@ struct Geometry {
   int64_t stripes = 0;
   int64_t samples = 0;        // sampled rows of a full stripe (kSampleStride apart)
   int64_t block_chunks = 0;   // chunks of a full block
+  int64_t break_words = 0;    // words of a block's break bits (Unit::breaks)
 };
 
 IMGOPS_HD inline Geometry geometry(int64_t row, int64_t height) {
@@ -62,6 +63,7 @@ IMGOPS_HD inline Geometry geometry(int64_t row, int64_t height) {
   const int64_t stripe_rows = g.stripe_blocks * g.block_rows;
   g.samples = (stripe_rows + kSampleStride - 1) / kSampleStride;
   g.block_chunks = (g.block_rows * row + kChunk - 1) / kChunk;
+  g.break_words = (g.block_chunks + 31) / 32;
   return g;
 }
 
@@ -129,6 +131,7 @@ struct Layout {
   int64_t tables = 0;      // stripes x Table
   int64_t blocks = 0;      // blocks x BlockInfo
   int64_t chunk_bits = 0;  // blocks x block_chunks uint32: each chunk's bits
+  int64_t breaks = 0;      // blocks x break_words uint32: Unit::breaks of each block
   int64_t size = 0;        // uint64: the zlib stream's length in bytes
   int64_t total = 0;
 };
@@ -145,7 +148,8 @@ IMGOPS_HD inline Layout layout(int64_t row, int64_t height) {
   l.tables = align_up(l.counters + 4 * (l.g.stripes + 1), 256);
   l.blocks = align_up(l.tables + static_cast<int64_t>(sizeof(Table)) * l.g.stripes, 256);
   l.chunk_bits = align_up(l.blocks + static_cast<int64_t>(sizeof(BlockInfo)) * l.g.blocks, 256);
-  l.size = align_up(l.chunk_bits + 4 * l.g.blocks * l.g.block_chunks, 256);
+  l.breaks = align_up(l.chunk_bits + 4 * l.g.blocks * l.g.block_chunks, 256);
+  l.size = align_up(l.breaks + 4 * l.g.blocks * l.g.break_words, 256);
   l.total = align_up(l.size + 8, 256);
   return l;
 }
@@ -429,17 +433,71 @@ IMGOPS_HD inline void finish_table(Table* table, FitScratch& scratch) {
 
 // Bytes [begin, end) of the filtered rows form one unit (a block, or a sampled row): the first
 // byte of a unit never equals "the byte before".
+// The lowest set bit of a nonzero word.
+IMGOPS_HD inline int lowest_bit(uint32_t word) {
+#if defined(__CUDA_ARCH__)
+  return __ffs(static_cast<int>(word)) - 1;
+#else
+  return __builtin_ctz(word);
+#endif
+}
+
+// The first chunk j in [from, last] whose bit is set in `bits`, or -1.
+IMGOPS_HD inline int64_t next_break_chunk(const uint32_t* bits, int64_t from, int64_t last) {
+  if (from > last) return -1;
+  for (int64_t w = from >> 5; w <= last >> 5; ++w) {
+    uint32_t word = bits[w];
+    if (w == from >> 5) word &= ~0u << (from & 31);
+    if (word != 0) {
+      const int64_t j = (w << 5) + lowest_bit(word);
+      return j <= last ? j : -1;
+    }
+  }
+  return -1;
+}
+
+// A unit lies inside one deflate block; `breaks` (when set) marks the block's 64-byte chunks
+// (counted from block_begin) that hold a position that is not eq in the block, a bit each
+// (chunk j: bit j % 32 of word j / 32; break_chunks), so that the end of a long run is found by
+// skipping whole chunks instead of reading every byte (one thread finds it: a flat block would
+// otherwise cost it 64 KiB of reads). For positions past a unit's begin, eq in the unit and in
+// its block agree.
 struct Unit {
   const uint8_t* data;
   int64_t begin;
   int64_t end;
+  const uint32_t* breaks = nullptr;
+  int64_t block_begin = 0;
   IMGOPS_HD bool eq(int64_t i) const { return i > begin && data[i] == data[i - 1]; }
   // The first position >= i (and < end) that is not eq, or end.
   IMGOPS_HD int64_t run_end(int64_t i) const {
-    while (i < end && eq(i)) ++i;
-    return i;
+    if (breaks == nullptr) {
+      while (i < end && eq(i)) ++i;
+      return i;
+    }
+    const int64_t chunk = (i - block_begin) / kChunk;
+    const int64_t chunk_end = block_begin + (chunk + 1) * kChunk;
+    for (const int64_t stop = chunk_end < end ? chunk_end : end; i < stop; ++i) {
+      if (!eq(i)) return i;
+    }
+    if (i >= end) return end;
+    const int64_t next = next_break_chunk(breaks, chunk + 1, (end - 1 - block_begin) / kChunk);
+    if (next < 0) return end;
+    i = block_begin + next * kChunk;
+    for (const int64_t stop = i + kChunk < end ? i + kChunk : end; i < stop; ++i) {
+      if (!eq(i)) return i;
+    }
+    return end;
   }
 };
+
+// Whether the chunk [c0, c1) of a unit holds a position that is not eq (Unit::breaks).
+IMGOPS_HD inline bool has_break(const Unit& unit, int64_t c0, int64_t c1) {
+  for (int64_t i = c0; i < c1; ++i) {
+    if (!unit.eq(i)) return true;
+  }
+  return false;
+}
 
 // Tokenizes the chunk [c0, c1) of a unit: literal(byte) for each literal byte in it,
 // run(length) for each match run that starts in it (whatever its length past c1).

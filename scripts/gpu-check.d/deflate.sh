@@ -69,14 +69,11 @@ for rep in range(40):
 stream.synchronize(); queued = (time.perf_counter() - t) / 40
 # each stage alone (synchronized; the stages need their predecessors' results, so run in order)
 params = [cd.ctypes.c_uint64(src), cd.ctypes.c_longlong(row), cd.ctypes.c_longlong(h), cd.ctypes.c_uint64(work)]
-sms = dev.multiprocessors
-grids = [min(h // 4 + 9, sms * 16), min(layout.blocks, sms * 16), 1, min(layout.blocks, sms * 16)]
-threads = [cd._DEFLATE_SAMPLE_THREADS, cd._DEFLATE_BLOCK_THREADS, 1, cd._DEFLATE_BLOCK_THREADS]
 stages = {name: [] for name in ("memset",) + cd._DEFLATE_KERNELS}
 for rep in range(20):
     t = time.perf_counter(); dev.memset(work, 0, layout.total, stream); stream.synchronize()
     stages["memset"].append(time.perf_counter() - t)
-    for function, name, grid, block in zip(kernels._deflate, cd._DEFLATE_KERNELS, grids, threads):
+    for function, name, (grid, block) in zip(kernels._deflate, cd._DEFLATE_KERNELS, kernels.deflate_shapes(h, layout)):
         t = time.perf_counter()
         kernels._launch(function, name, (grid, 1), block, stream, params); stream.synchronize()
         stages[name].append(time.perf_counter() - t)

@@ -37,12 +37,15 @@ void* const kPool = reinterpret_cast<void*>(0x7c0000002000ull);
 void* const kModule = reinterpret_cast<void*>(0x7c0000003000ull);
 void* const kGray = reinterpret_cast<void*>(0x7c0000004000ull);
 void* const kPngFilter = reinterpret_cast<void*>(0x7c0000005000ull);
-// png_deflate_kernels.cuh's four kernels, run as png_deflate_emulated.h's stages
-const char* const kDeflateNames[4] = {"imgops_png_deflate_sample", "imgops_png_deflate_count",
-                                      "imgops_png_deflate_plan", "imgops_png_deflate_write"};
-void* const kDeflate[4] = {
+// png_deflate_kernels.cuh's five kernels, run as png_deflate_emulated.h's stages
+constexpr int kDeflateStages = 5;
+const char* const kDeflateNames[kDeflateStages] = {
+    "imgops_png_deflate_breaks", "imgops_png_deflate_sample", "imgops_png_deflate_count",
+    "imgops_png_deflate_plan", "imgops_png_deflate_write"};
+void* const kDeflate[kDeflateStages] = {
     reinterpret_cast<void*>(0x7c0000006000ull), reinterpret_cast<void*>(0x7c0000007000ull),
-    reinterpret_cast<void*>(0x7c0000008000ull), reinterpret_cast<void*>(0x7c0000009000ull)};
+    reinterpret_cast<void*>(0x7c0000008000ull), reinterpret_cast<void*>(0x7c0000009000ull),
+    reinterpret_cast<void*>(0x7c000000a000ull)};
 
 bool g_initialized = false;
 void* g_current = nullptr;
@@ -289,7 +292,7 @@ int cuModuleGetFunction(void** function, void* module, const char* name) {
   } else if (std::strcmp(name, "imgops_png_filter_u8") == 0) {
     *function = kPngFilter;
   } else {
-    for (int i = 0; i < 4; ++i) {
+    for (int i = 0; i < kDeflateStages; ++i) {
       if (std::strcmp(name, kDeflateNames[i]) == 0) {
         *function = kDeflate[i];
         return kSuccess;
@@ -351,10 +354,10 @@ int cuLaunchKernel(void* function, unsigned gx, unsigned gy, unsigned gz, unsign
     }
     return kSuccess;
   }
-  for (int stage = 0; stage < 4; ++stage) {
+  for (int stage = 0; stage < kDeflateStages; ++stage) {
     if (function != kDeflate[stage]) continue;
     // the kernels' block sizes (png_deflate_kernels.cuh)
-    const unsigned threads[4] = {128, 256, 1, 256};
+    const unsigned threads[kDeflateStages] = {256, 128, 256, 1, 256};
     if (bx != threads[stage] || gy != 1) return kInvalidValue;
     const auto* rows = *static_cast<const uint8_t* const*>(params[0]);
     const long long row = *static_cast<const long long*>(params[1]);
@@ -366,10 +369,11 @@ int cuLaunchKernel(void* function, unsigned gx, unsigned gy, unsigned gz, unsign
     // (checked per launch: a store over bits an earlier launch wrote still fails)
     em::WordWriters writers(ws.words(), static_cast<size_t>(ws.l.out_bytes / 4), true);
     try {
-      if (stage == 0) em::sample_and_fit(rows, ws);
-      if (stage == 1) em::count(rows, ws);
-      if (stage == 2) em::plan(ws, writers);
-      if (stage == 3) em::write(rows, ws, writers);
+      if (stage == 0) em::find_breaks(rows, ws);
+      if (stage == 1) em::sample_and_fit(rows, ws);
+      if (stage == 2) em::count(rows, ws);
+      if (stage == 3) em::plan(ws, writers);
+      if (stage == 4) em::write(rows, ws, writers);
     } catch (const std::logic_error&) {
       return 719;  // CUDA_ERROR_LAUNCH_FAILED
     }

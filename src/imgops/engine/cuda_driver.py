@@ -60,8 +60,9 @@ _PNG_ROW_THREADS = 256
 _GRAY_THREADS = 256
 _MAX_GRID_X = 0x7FFFFFFF
 _MAX_GRID_Y = 65535
-# png_deflate_kernels.cuh: its four kernels in launch order, and their block sizes
+# png_deflate_kernels.cuh: its five kernels in launch order, and their block sizes
 _DEFLATE_KERNELS = (
+    "imgops_png_deflate_breaks",
     "imgops_png_deflate_sample",
     "imgops_png_deflate_count",
     "imgops_png_deflate_plan",
@@ -820,16 +821,25 @@ class Kernels:
             ctypes.c_longlong(height),
             ctypes.c_uint64(workspace),
         ]
-        sms = self._device.multiprocessors
-        # sampled rows: one block each (at most height / 4 + a stripe's remainder each)
-        sampled = min(height // 4 + 9, sms * 16)
-        blocks = min(layout.blocks, sms * 16)
-        grids = [sampled, blocks, 1, blocks]
-        threads = [_DEFLATE_SAMPLE_THREADS, _DEFLATE_BLOCK_THREADS, 1, _DEFLATE_BLOCK_THREADS]
-        for function, name, grid, block in zip(
-            self._deflate, _DEFLATE_KERNELS, grids, threads, strict=True
+        for function, name, (grid, block) in zip(
+            self._deflate, _DEFLATE_KERNELS, self.deflate_shapes(height, layout), strict=True
         ):
             self._launch(function, name, (grid, 1), block, stream, params)
+
+    def deflate_shapes(self, height: int, layout: DeflateLayout) -> list[tuple[int, int]]:
+        """(grid, threads) of each deflate kernel, in launch order: the kernels loop
+        grid-stride, one thread block per deflate block, per sampled row (at most height / 4
+        plus a stripe's remainder each), and one thread for the plan."""
+        most = self._device.multiprocessors * 16
+        blocks = min(layout.blocks, most)
+        sampled = min(height // 4 + 9, most)
+        return [
+            (blocks, _DEFLATE_BLOCK_THREADS),
+            (sampled, _DEFLATE_SAMPLE_THREADS),
+            (blocks, _DEFLATE_BLOCK_THREADS),
+            (1, 1),
+            (blocks, _DEFLATE_BLOCK_THREADS),
+        ]
 
     def close(self) -> None:
         """Unloads the module (idempotent)."""
