@@ -668,7 +668,7 @@ def test_fake_png_deflate_grids(fake):
     assert _device_zlib(fake, rows) == _cpu_zlib(rows)
     assert fake.counter("fake_launches") == before + len(cd._DEFLATE_KERNELS)
     blocks = kernels.png_deflate_layout(1001, 400)[4]
-    assert fake.launch_shape() == ([min(blocks, 3 * 16), 1, 1], [256, 1, 1])  # the write
+    assert fake.launch_shape() == ([min(blocks, 3 * 16), 1, 1], [cd._DEFLATE_BLOCK_THREADS, 1, 1])  # the write
 
 
 # --- the GPU only: more than 2^31 bytes -------------------------------------------------------

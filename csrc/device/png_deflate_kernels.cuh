@@ -36,7 +36,7 @@ namespace png_deflate_device {
 namespace p = imgops::png::parallel;
 
 constexpr int kSampleThreads = 128;
-constexpr int kBlockThreads = 256;
+constexpr int kBlockThreads = 512;
 constexpr int kWarps = kBlockThreads / 32;
 
 // The workspace's regions (p::Layout) at `base`.

@@ -357,7 +357,7 @@ int cuLaunchKernel(void* function, unsigned gx, unsigned gy, unsigned gz, unsign
   for (int stage = 0; stage < kDeflateStages; ++stage) {
     if (function != kDeflate[stage]) continue;
     // the kernels' block sizes (png_deflate_kernels.cuh)
-    const unsigned threads[kDeflateStages] = {256, 128, 256, 1, 256};
+    const unsigned threads[kDeflateStages] = {512, 128, 512, 1, 512};
     if (bx != threads[stage] || gy != 1) return kInvalidValue;
     const auto* rows = *static_cast<const uint8_t* const*>(params[0]);
     const long long row = *static_cast<const long long*>(params[1]);

@@ -69,7 +69,7 @@ _DEFLATE_KERNELS = (
     "imgops_png_deflate_write",
 )
 _DEFLATE_SAMPLE_THREADS = 128
-_DEFLATE_BLOCK_THREADS = 256
+_DEFLATE_BLOCK_THREADS = 512
 
 # Names and texts of common codes, for when the driver cannot be asked (no libcuda, or a code
 # raised before it loaded); the driver's own cuGetErrorName/cuGetErrorString win otherwise.
