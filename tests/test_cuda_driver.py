@@ -414,6 +414,29 @@ def test_event_waited_for_on_another_thread(backend):
         stream.synchronize()
 
 
+def test_a_stream_waits_for_an_event_of_another(backend):
+    """Data copied in on one stream, copied out on a second that waits for the first's event
+    (and freed there): the second sees all of it."""
+    rng = np.random.default_rng()
+    device, first = backend.device, backend.stream
+    second = device.stream()
+    nbytes = 16 << 20
+    data = rng.integers(0, 256, nbytes, dtype=np.uint8)
+    with device.pinned(nbytes) as source, device.pinned(nbytes) as target:
+        source.array()[:] = data
+        ptr = device.alloc(nbytes, first)
+        device.copy_to_device(ptr, source.ptr, nbytes, first)
+        ready = device.event(first, blocking=False)
+        second.wait(ready)
+        ready.close()  # (the wait keeps what it needs)
+        device.copy_to_host(target.ptr, ptr, nbytes, second)
+        device.free(ptr, second)
+        second.synchronize()
+        assert np.array_equal(target.array(), data)
+    first.synchronize()
+    second.close()
+
+
 def test_streams_are_distinct_and_close_once(backend):
     other = backend.device.stream()
     assert other.handle not in (0, backend.stream.handle)
@@ -668,7 +691,10 @@ def test_fake_png_deflate_grids(fake):
     assert _device_zlib(fake, rows) == _cpu_zlib(rows)
     assert fake.counter("fake_launches") == before + len(cd._DEFLATE_KERNELS)
     blocks = kernels.png_deflate_layout(1001, 400)[4]
-    assert fake.launch_shape() == ([min(blocks, 3 * 16), 1, 1], [cd._DEFLATE_BLOCK_THREADS, 1, 1])  # the write
+    assert fake.launch_shape() == (
+        [min(blocks, 3 * 16), 1, 1],
+        [cd._DEFLATE_BLOCK_THREADS, 1, 1],
+    )  # the write
 
 
 # --- the GPU only: more than 2^31 bytes -------------------------------------------------------

@@ -43,11 +43,20 @@ class FakeStream:
     def synchronize(self) -> None:
         pass
 
+    def wait(self, event: FakeEvent) -> None:
+        assert not event.closed  # waited for while it exists
+
     def close(self) -> None:
         self.closed = True
 
 
 class FakeEvent:
+    def __init__(self) -> None:
+        self.closed = False
+
+    def close(self) -> None:
+        self.closed = True
+
     def synchronize(self) -> None:
         pass
 
@@ -93,7 +102,7 @@ class FakeDevice:
     def stream(self) -> FakeStream:
         return FakeStream()
 
-    def event(self, stream: FakeStream) -> FakeEvent:
+    def event(self, stream: FakeStream, *, blocking: bool = True) -> FakeEvent:
         return FakeEvent()
 
     def alloc(self, nbytes: int, stream: FakeStream) -> int:
@@ -287,13 +296,17 @@ def test_driver_engine_writes_the_cpu_paths_bytes(tmp_path: Path, fake_driver, l
     assert device.closed and engine.stage.stream.closed and engine.stage.decoder is None
 
 
-@pytest.mark.parametrize("gpu_deflate", ["1", "0"])
+@pytest.mark.parametrize(("gpu_deflate", "streams"), [("1", "4"), ("1", "1"), ("0", "4")])
 def test_the_device_deflate_is_used_and_changes_no_byte(
-    tmp_path: Path, fake_driver, monkeypatch, gpu_deflate
+    tmp_path: Path, fake_driver, monkeypatch, gpu_deflate, streams
 ):
-    """At the default level the stream is deflated on the device and framed in place on the
-    host; IMGOPS_GPU_DEFLATE=0 brings the filtered rows back instead; the files are the same."""
+    """At the default level the stream is deflated on the device (on side streams, or on the
+    stage's own with IMGOPS_DEFLATE_STREAMS=1) and framed in place on the host;
+    IMGOPS_GPU_DEFLATE=0 brings the filtered rows back instead; the files are the same."""
     monkeypatch.setenv("IMGOPS_GPU_DEFLATE", gpu_deflate)
+    monkeypatch.setenv("IMGOPS_DEFLATE_STREAMS", streams)
+    waits: list[FakeStream] = []
+    monkeypatch.setattr(FakeStream, "wait", lambda self, event: waits.append(self))
     deflated: list[int] = []
     original = FakeKernels.png_deflate
 
@@ -312,6 +325,13 @@ def test_the_device_deflate_is_used_and_changes_no_byte(
         assert results[name].bytes_written == len(data)
     heights = sorted(r.shape[0] for r in results.values())
     assert sorted(deflated) == (heights if gpu_deflate == "1" else [])
+    main = engine.stage.stream
+    if gpu_deflate == "1" and streams == "4":  # each deflate waits for its rows, main for all
+        assert sum(stream is not main for stream in waits) == len(deflated)
+        assert any(stream is main for stream in waits)
+    else:
+        assert waits == []
+    assert FakeDevice.instances[-1].blocks == {}  # every device buffer freed
 
 
 def test_without_host_while_starting_every_jpeg_waits_for_the_gpu(tmp_path: Path, monkeypatch):

@@ -6,8 +6,8 @@
 #  3. the kernels alone: milliseconds per 4K gray frame (3840x2160), one stream, after warm-up
 #  4. byte identity: 160 photos + the samples through the CUDA engine with the GPU deflate and
 #     with IMGOPS_GPU_DEFLATE=0 (every JPEG on the GPU: no CPU path during start-up)
-#  5. process walls of `imgops gray` on the 800-photo batch: cuda, cuda with the CPU deflate,
-#     cpu, alternated rounds (DEFLATE_ROUNDS, default 3), with each run's --stats-json
+#  5. process walls of `imgops gray` on the 800-photo batch: cuda, cuda with the deflates on
+#     the stage's one stream, cuda with the CPU deflate, cpu, alternated rounds (DEFLATE_ROUNDS, default 3), with each run's --stats-json
 # Results: $OUT/deflate-*. DEFLATE_PARTS narrows (tests sanitize kernels identity walls).
 set -uo pipefail
 OUT=${OUT:-$PWD/gpu-check-out}
@@ -71,6 +71,14 @@ for label, gray in frames.items():
     for rep in range(30):
         kernels.png_deflate(src, row, h, work, layout, stream)
     stream.synchronize(); queued = (time.perf_counter() - t) / 30
+    side = [dev.stream() for _ in range(4)]  # 4 streams, a workspace each, round robin
+    works = [dev.alloc(layout.total, stream) for _ in side]; stream.synchronize()
+    t = time.perf_counter()
+    for rep in range(32):
+        kernels.png_deflate(src, row, h, works[rep % 4], layout, side[rep % 4])
+    for s_ in side:
+        s_.synchronize()
+    four = (time.perf_counter() - t) / 32
     # each stage alone (synchronized, in order: each needs its predecessors' results)
     params = [cd.ctypes.c_uint64(src), cd.ctypes.c_longlong(row), cd.ctypes.c_longlong(h),
               cd.ctypes.c_uint64(work)]
@@ -95,7 +103,7 @@ for label, gray in frames.items():
         same = out.array()[:n].tobytes() == png[k.PNG_HEAD_BYTES : k.PNG_HEAD_BYTES + n]
     print(f"4K {label} ({h}x{row - 1}, {layout.blocks} blocks): GPU deflate "
           f"{1000 * statistics.median(laps):.3f} ms synchronized each, {1000 * queued:.3f} ms "
-          f"queued back to back; CPU encoder one thread {1000 * statistics.median(cpu):.2f} ms; "
+          f"queued back to back, {1000 * four:.3f} ms a frame on 4 streams; CPU encoder one thread {1000 * statistics.median(cpu):.2f} ms; "
           f"stream {n} bytes, the CPU's: {same}")
     print("  stages (ms, median of 15, each synchronized):",
           {k_.replace("imgops_png_deflate_", ""): round(1000 * statistics.median(v), 3)
@@ -137,6 +145,7 @@ if wants walls; then
   {
     for rep in $(seq 1 "$ROUNDS"); do
       DEV=cuda gray cuda IMGOPS_GPU_DEFLATE=1
+      DEV=cuda gray cuda-1-stream IMGOPS_GPU_DEFLATE=1 IMGOPS_DEFLATE_STREAMS=1
       DEV=cuda gray cuda-cpu-deflate IMGOPS_GPU_DEFLATE=0
       DEV=cpu gray cpu IMGOPS_GPU_DEFLATE=1
     done

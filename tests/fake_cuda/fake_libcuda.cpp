@@ -201,6 +201,12 @@ int cuEventRecord(void* event, void* stream) {
 
 int cuEventSynchronize(void* event) { return check_handle(event, 2); }
 
+int cuStreamWaitEvent(void* stream, void* event, unsigned flags) {
+  if (int e = check_handle(stream, 1)) return e;
+  if (int e = check_handle(event, 2)) return e;
+  return flags == 0 ? kSuccess : kInvalidValue;
+}
+
 int cuEventQuery(void* event) {
   if (int e = check_handle(event, 2)) return e;
   return static_cast<Handle*>(event)->recorded ? kSuccess : kNotReady;

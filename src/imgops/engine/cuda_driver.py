@@ -184,6 +184,7 @@ _PROTOTYPES: dict[str, list[Any]] = {
     "cuStreamCreate": [_c_void_pp, ctypes.c_uint],
     "cuStreamSynchronize": [ctypes.c_void_p],
     "cuStreamDestroy_v2": [ctypes.c_void_p],
+    "cuStreamWaitEvent": [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_uint],
     "cuEventCreate": [_c_void_pp, ctypes.c_uint],
     "cuEventRecord": [ctypes.c_void_p, ctypes.c_void_p],
     "cuEventSynchronize": [ctypes.c_void_p],
@@ -524,6 +525,12 @@ class Stream(_Resource):
         """Waits (without the GIL) until everything queued on the stream is done."""
         self._owner.make_current()
         _call("cuStreamSynchronize", ctypes.c_void_p(self.handle))
+
+    def wait(self, event: Event) -> None:
+        """Work queued on this stream from now on waits until `event` (as recorded now) is
+        done (cuStreamWaitEvent); the host does not wait."""
+        self._owner.make_current()
+        _call("cuStreamWaitEvent", ctypes.c_void_p(self.handle), ctypes.c_void_p(event._handle), 0)
 
     def close(self) -> None:
         """Destroys the stream (idempotent); work already queued still completes."""

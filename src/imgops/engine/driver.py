@@ -14,7 +14,9 @@ stage's stream, into the stage's memory) -> `op.driver` per image (gray: one ker
 stream-ordered device memory) -> the PNG row filter kernel -> the deflate kernels
 (png_deflate_kernels.cuh: the CPU encoder's exact zlib stream) -> the stream copied into a
 reused pinned buffer laid out as the PNG file -> an event; the encode threads wait for it, add
-the chunk framing and CRCs in place (png_finish_zlib) and write. (`IMGOPS_GPU_DEFLATE=0`: the
+the chunk framing and CRCs in place (png_finish_zlib) and write. The deflates of a batch spread
+over side streams (IMGOPS_DEFLATE_STREAMS, default 4), each waiting for its image's filtered
+rows; the stage's stream waits for all of them before the batch's event. (`IMGOPS_GPU_DEFLATE=0`: the
 filtered rows come back and the encode threads deflate them; `-f jpg`: nvImageCodec's encoder.)
 Device buffers are freed in stream order right after the copies are queued.
 
@@ -46,6 +48,7 @@ class DriverEngine(DeviceEngine):
     def __init__(self, *args: Any, index: int = 0, **kwargs: Any) -> None:
         self._index = index
         self.deflate: Any = None  # set with the pinned pool (_first_batch)
+        self.deflate_streams = 1
         super().__init__(*args, **kwargs)
         if self.op.driver is None or self.host is None:
             raise ValueError(f"op {self.op.name} has no driver or no CPU function")
@@ -93,6 +96,7 @@ class DriverEngine(DeviceEngine):
         self.deflate = None  # imgops._cli_kernels where the device deflates (its framing)
         if self.filtered and os.environ.get("IMGOPS_GPU_DEFLATE", "1") != "0":
             self.deflate = device_deflate(self.settings.png_level)
+        self.deflate_streams = _deflate_streams()
 
     def _run_batch(
         self, stage: DriverStage, batch: list[_Item], images: dict[int, Any]
@@ -124,7 +128,7 @@ class DriverEngine(DeviceEngine):
         except CudaError as error:
             if not error.out_of_memory:
                 raise
-            stage.stream.synchronize()
+            stage.synchronize()
             for ptr in owned:
                 stage.device.free(ptr, stage.stream)
             self._batch_to_cpu(batch)
@@ -149,6 +153,8 @@ class DriverEngine(DeviceEngine):
         if self.settings.fmt == "jpg" and self._jpeg_factory is not None:
             jpegs = self._encode_jpegs_on_device(stage, live)
         filtered = self.settings.fmt == "png" and self.filtered
+        side = stage.side_streams(self.deflate_streams) if self.deflate_streams > 1 else []
+        used: dict[int, Any] = {}  # the side streams this batch queued work on
         copies = []
         for (item, out), jpeg in zip(live, jpegs, strict=True):
             if jpeg is not None:
@@ -159,7 +165,9 @@ class DriverEngine(DeviceEngine):
                 pitch = out.row_bytes + 1
                 nbytes = out.height * pitch
                 if self.deflate is not None and out.height:
-                    copies.append(self._deflate_rows(stage, item, out, source, owned))
+                    stream = side[len(copies) % len(side)] if side else stage.stream
+                    used[id(stream)] = stream
+                    copies.append(self._deflate_rows(stage, item, out, source, owned, stream))
                     continue
             else:
                 source, pitch = out.ptr, out.pitch
@@ -170,6 +178,11 @@ class DriverEngine(DeviceEngine):
             item.extra["out_shape"], item.extra["itemsize"] = out.shape, 1
             host = _host_view(buffer, nbytes, out, pitch, rows=bool(filtered))
             copies.append((item, buffer, host, None))
+        for stream in used.values():  # the batch's event covers the side streams' work
+            if stream is not stage.stream:
+                joined = stage.device.event(stream, blocking=False)
+                stage.stream.wait(joined)
+                joined.close()
         event = stage.event()
         for ptr in owned:  # stream order: reused only after the copies above
             stage.device.free(ptr, stage.stream)
@@ -190,25 +203,41 @@ class DriverEngine(DeviceEngine):
         return buffer
 
     def _deflate_rows(
-        self, stage: DriverStage, item: _Item, out: DeviceImage, rows: int, owned: list[int]
+        self,
+        stage: DriverStage,
+        item: _Item,
+        out: DeviceImage,
+        rows: int,
+        owned: list[int],
+        stream: Any,
     ) -> tuple[_Item, Any, np.ndarray, None]:
         """Deflates the filtered rows on the device (the CPU encoder's bytes) and queues the
         copy of the zlib stream, and of its length, into a pinned buffer laid out as the PNG
-        file: the encode thread frames it in place (png_finish_zlib)."""
+        file: the encode thread frames it in place (png_finish_zlib). On a side stream the
+        work waits for the rows, and the rows and the workspace are freed there."""
         from .cuda_driver import DeflateLayout
 
         kernels = self.deflate
+        device = stage.device
         pitch = out.row_bytes + 1
         layout = DeflateLayout(*kernels.png_deflate_layout(pitch, out.height))
-        work = stage.device.alloc(layout.total, stage.stream)
-        owned.append(work)
-        stage.kernels.png_deflate(rows, pitch, out.height, work, layout, stage.stream)
+        work = device.alloc(layout.total, stream)
+        if stream is stage.stream:
+            owned.append(work)
+        else:  # from here on the side stream frees the rows and the workspace
+            owned.remove(rows)
+            filtered = device.event(stage.stream, blocking=False)
+            stream.wait(filtered)
+            filtered.close()
+        stage.kernels.png_deflate(rows, pitch, out.height, work, layout, stream)
         head = kernels.PNG_HEAD_BYTES
         room = head + layout.out_bytes + 12 * (layout.out_bytes // kernels.PNG_IDAT_MAX + 1) + 12
         buffer = self._acquire(room + 8)  # the stream's length in the last 8 bytes
-        device = stage.device
-        device.copy_to_host(buffer.ptr + head, work + layout.out, layout.out_bytes, stage.stream)
-        device.copy_to_host(buffer.ptr + room, work + layout.size, 8, stage.stream)
+        device.copy_to_host(buffer.ptr + head, work + layout.out, layout.out_bytes, stream)
+        device.copy_to_host(buffer.ptr + room, work + layout.size, 8, stream)
+        if stream is not stage.stream:
+            device.free(work, stream)
+            device.free(rows, stream)
         item.extra["out_shape"], item.extra["itemsize"] = out.shape, 1
         item.extra["zlib"] = (room, layout.out_bytes)
         return item, buffer, buffer.array()[: room + 8], None
@@ -287,6 +316,16 @@ class DriverEngine(DeviceEngine):
             if self.pool is not None:
                 self.pool.close()
             self.stage.close()
+
+
+def _deflate_streams() -> int:
+    """How many side streams the deflates of a batch spread over: IMGOPS_DEFLATE_STREAMS
+    (default 4; 1 or less: the stage's own stream, one image after another)."""
+    value = os.environ.get("IMGOPS_DEFLATE_STREAMS", "4")
+    try:
+        return max(1, int(value))
+    except ValueError:
+        return 4
 
 
 def _host_view(buffer: Any, nbytes: int, out: DeviceImage, pitch: int, rows: bool) -> np.ndarray:

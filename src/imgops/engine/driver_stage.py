@@ -131,11 +131,13 @@ class DriverStage:
             self.future.result(timeout)
         except BaseException:  # it never started (that error was reported), or still is
             return
-        self.stream.synchronize()
+        self.synchronize()
         if not self.release:
             _keep_until_exit(self)
             return
         self.decoder = None
+        for stream in self.__dict__.get("_side", []):
+            stream.close()
         self.stream.close()
         self.device.close()
 
@@ -155,6 +157,20 @@ class DriverStage:
     def event(self) -> Any:
         """An event recorded on the stream now."""
         return self.device.event(self.stream)
+
+    def side_streams(self, count: int) -> list[Any]:
+        """`count` more streams of this device, made once and closed with the stage: the
+        deflates of a batch run on them side by side (each kernel alone fills few SMs)."""
+        streams = self.__dict__.setdefault("_side", [])
+        while len(streams) < count:
+            streams.append(self.device.stream())
+        return streams[:count]
+
+    def synchronize(self) -> None:
+        """Waits until the stream and the side streams are idle."""
+        self.stream.synchronize()
+        for stream in self.__dict__.get("_side", []):
+            stream.synchronize()
 
     def new_image(self, height: int, width: int, channels: int) -> DeviceImage:
         """A packed image in stream-ordered device memory, owned by the batch."""
