@@ -16,8 +16,9 @@ stream-ordered device memory) -> the PNG row filter kernel -> the deflate kernel
 reused pinned buffer laid out as the PNG file -> an event; the encode threads wait for it, add
 the chunk framing and CRCs in place (png_finish_zlib) and write. The deflates of a batch spread
 over side streams (IMGOPS_DEFLATE_STREAMS, default 4), each waiting for its image's filtered
-rows; the stage's stream waits for all of them before the batch's event. (`IMGOPS_GPU_DEFLATE=0`: the
-filtered rows come back and the encode threads deflate them; `-f jpg`: nvImageCodec's encoder.)
+rows; the stage's stream waits for all of them before the batch's event.
+(`IMGOPS_GPU_DEFLATE=0`: the filtered rows come back and the encode threads deflate them;
+`-f jpg`: nvImageCodec's encoder.)
 Device buffers are freed in stream order right after the copies are queued.
 
 What the GPU does not decode (PNG, TIFF, CMYK or 12-bit JPEG, ...) takes the whole CPU path on
