@@ -302,7 +302,7 @@ def test_the_device_deflate_is_used_and_changes_no_byte(
 ):
     """At the default level the stream is deflated on the device (on side streams, or on the
     stage's own with IMGOPS_DEFLATE_STREAMS=1) and framed in place on the host;
-    IMGOPS_GPU_DEFLATE=0 brings the filtered rows back instead; the files are the same."""
+    without IMGOPS_GPU_DEFLATE=1 the filtered rows come back instead; the files are the same."""
     monkeypatch.setenv("IMGOPS_GPU_DEFLATE", gpu_deflate)
     monkeypatch.setenv("IMGOPS_DEFLATE_STREAMS", streams)
     waits: list[FakeStream] = []

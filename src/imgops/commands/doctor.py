@@ -105,10 +105,10 @@ def cuda_engine_info() -> str:
         decoder = f"its Python module (the C API binding is checked for {nvimgcodec_c.VERIFIED})"
     else:
         decoder = "its C API"
-    from ..io.png import DEFAULT_LEVEL, device_deflate
+    from ..io.png import DEFAULT_LEVEL, device_deflate, gpu_deflate_wanted
 
-    if os.environ.get("IMGOPS_GPU_DEFLATE", "1") == "0":
-        deflate = "the CPU threads (IMGOPS_GPU_DEFLATE=0)"
+    if not gpu_deflate_wanted():
+        deflate = "the CPU threads (IMGOPS_GPU_DEFLATE=1: on the GPU)"
     elif device_deflate(DEFAULT_LEVEL) is None:
         deflate = "the CPU threads (imgops._cli_kernels is not built)"
     else:

@@ -11,14 +11,15 @@ files take the CPU path.
 
 Per batch on the device thread: nvImageCodec decodes the accepted JPEGs (one call, on the
 stage's stream, into the stage's memory) -> `op.driver` per image (gray: one kernel into
-stream-ordered device memory) -> the PNG row filter kernel -> the deflate kernels
-(png_deflate_kernels.cuh: the CPU encoder's exact zlib stream) -> the stream copied into a
+stream-ordered device memory) -> the PNG row filter kernel -> with IMGOPS_GPU_DEFLATE=1, the
+deflate kernels (png_deflate_kernels.cuh: the CPU encoder's exact zlib stream) -> the stream
+copied into a
 reused pinned buffer laid out as the PNG file -> an event; the encode threads wait for it, add
 the chunk framing and CRCs in place (png_finish_zlib) and write. The deflates of a batch spread
 over side streams (IMGOPS_DEFLATE_STREAMS, default 4), each waiting for its image's filtered
 rows; the stage's stream waits for all of them before the batch's event.
-(`IMGOPS_GPU_DEFLATE=0`: the filtered rows come back and the encode threads deflate them;
-`-f jpg`: nvImageCodec's encoder.)
+(By default, until a GPU run shows the device deflate winning: the filtered rows come back and
+the encode threads deflate them; `-f jpg`: nvImageCodec's encoder.)
 Device buffers are freed in stream order right after the copies are queued.
 
 What the GPU does not decode (PNG, TIFF, CMYK or 12-bit JPEG, ...) takes the whole CPU path on
@@ -34,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from ..io.png import device_deflate
+from ..io.png import device_deflate, gpu_deflate_wanted
 from .batched import DeviceEngine, _encode_png_filtered, _Item
 from .buffers import BufferPool
 from .driver_stage import DeviceImage, DriverStage, device_image, take_prestarted
@@ -95,7 +96,7 @@ class DriverEngine(DeviceEngine):
         )
         self.filtered = _encode_png_filtered()
         self.deflate = None  # imgops._cli_kernels where the device deflates (its framing)
-        if self.filtered and os.environ.get("IMGOPS_GPU_DEFLATE", "1") != "0":
+        if self.filtered and gpu_deflate_wanted():
             self.deflate = device_deflate(self.settings.png_level)
         self.deflate_streams = _deflate_streams()
 

@@ -127,6 +127,13 @@ def _uses_row_deflate(level: int) -> bool:
     return level == 2 or (level == 1 and "isal" not in _BACKENDS)
 
 
+def gpu_deflate_wanted() -> bool:
+    """IMGOPS_GPU_DEFLATE=1: deflate on the GPU. Off by default: its only GPU measurement
+    (docs/BENCHMARKS.md, 2026-12-05) made the CUDA engine slower, and the faster version has
+    not run on a GPU yet."""
+    return os.environ.get("IMGOPS_GPU_DEFLATE", "0") == "1"
+
+
 def device_deflate(level: int) -> Any:
     """imgops._cli_kernels where the GPU's deflate (csrc/device/png_deflate_kernels.cuh) gives
     this level's exact bytes (the levels imgops' own row deflate serves) and the module can frame
