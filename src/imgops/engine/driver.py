@@ -13,11 +13,10 @@ Per batch on the device thread: nvImageCodec decodes the accepted JPEGs (one cal
 stage's stream, into the stage's memory) -> `op.driver` per image (gray: one kernel into
 stream-ordered device memory) -> the PNG row filter kernel -> with IMGOPS_GPU_DEFLATE=1, the
 deflate kernels (png_deflate_kernels.cuh: the CPU encoder's exact zlib stream) -> the stream
-copied into a
-reused pinned buffer laid out as the PNG file -> an event; the encode threads wait for it, add
-the chunk framing and CRCs in place (png_finish_zlib) and write. The deflates of a batch spread
-over side streams (IMGOPS_DEFLATE_STREAMS, default 4), each waiting for its image's filtered
-rows; the stage's stream waits for all of them before the batch's event.
+copied into a reused pinned buffer laid out as the PNG file -> an event; the encode threads
+wait for it, add the chunk framing and CRCs in place (png_finish_zlib) and write. The
+deflates of a batch spread over side streams (IMGOPS_DEFLATE_STREAMS, default 4), each waiting
+for its image's filtered rows; the stage's stream waits for all of them before the batch's event.
 (By default, until a GPU run shows the device deflate winning: the filtered rows come back and
 the encode threads deflate them; `-f jpg`: nvImageCodec's encoder.)
 Device buffers are freed in stream order right after the copies are queued.
@@ -156,7 +155,7 @@ class DriverEngine(DeviceEngine):
             jpegs = self._encode_jpegs_on_device(stage, live)
         filtered = self.settings.fmt == "png" and self.filtered
         side = stage.side_streams(self.deflate_streams) if self.deflate_streams > 1 else []
-        used: dict[int, Any] = {}  # the side streams this batch queued work on
+        deflated = 0  # images deflated on the device: side[i % len(side)] took image i
         copies = []
         for (item, out), jpeg in zip(live, jpegs, strict=True):
             if jpeg is not None:
@@ -167,8 +166,8 @@ class DriverEngine(DeviceEngine):
                 pitch = out.row_bytes + 1
                 nbytes = out.height * pitch
                 if self.deflate is not None and out.height:
-                    stream = side[len(copies) % len(side)] if side else stage.stream
-                    used[id(stream)] = stream
+                    stream = side[deflated % len(side)] if side else stage.stream
+                    deflated += 1
                     copies.append(self._deflate_rows(stage, item, out, source, owned, stream))
                     continue
             else:
@@ -180,11 +179,10 @@ class DriverEngine(DeviceEngine):
             item.extra["out_shape"], item.extra["itemsize"] = out.shape, 1
             host = _host_view(buffer, nbytes, out, pitch, rows=bool(filtered))
             copies.append((item, buffer, host, None))
-        for stream in used.values():  # the batch's event covers the side streams' work
-            if stream is not stage.stream:
-                joined = stage.device.event(stream, blocking=False)
-                stage.stream.wait(joined)
-                joined.close()
+        for stream in side[:deflated]:  # the batch's event covers the side streams' work
+            joined = stage.device.event(stream, blocking=False)
+            stage.stream.wait(joined)
+            joined.close()
         event = stage.event()
         for ptr in owned:  # stream order: reused only after the copies above
             stage.device.free(ptr, stage.stream)

@@ -84,6 +84,7 @@ class DriverStage:
         self._decoder_factory = decoder_factory
         self.decoder: Any = None
         self.decoder_problem: str | None = None
+        self._side: list[Any] = []  # side_streams()
         self.future: Future[DriverStage] = Future()
         threading.Thread(target=self._start, name="imgops-cuda-start", daemon=True).start()
 
@@ -136,7 +137,7 @@ class DriverStage:
             _keep_until_exit(self)
             return
         self.decoder = None
-        for stream in self.__dict__.get("_side", []):
+        for stream in self._side:
             stream.close()
         self.stream.close()
         self.device.close()
@@ -161,15 +162,14 @@ class DriverStage:
     def side_streams(self, count: int) -> list[Any]:
         """`count` more streams of this device, made once and closed with the stage: the
         deflates of a batch run on them side by side (each kernel alone fills few SMs)."""
-        streams = self.__dict__.setdefault("_side", [])
-        while len(streams) < count:
-            streams.append(self.device.stream())
-        return streams[:count]
+        while len(self._side) < count:
+            self._side.append(self.device.stream())
+        return self._side[:count]
 
     def synchronize(self) -> None:
         """Waits until the stream and the side streams are idle."""
         self.stream.synchronize()
-        for stream in self.__dict__.get("_side", []):
+        for stream in self._side:
             stream.synchronize()
 
     def new_image(self, height: int, width: int, channels: int) -> DeviceImage:
