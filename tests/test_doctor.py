@@ -86,7 +86,7 @@ def test_doctor_says_where_the_cuda_engine_deflates(monkeypatch):
 
     if not driver_engine_usable(GRAY):
         pytest.skip("the torch engine serves --device cuda here (no fatbin kernels)")
-    monkeypatch.delenv("IMGOPS_GPU_DEFLATE", raising=False)
-    assert "PNG deflate on the CPU threads (IMGOPS_GPU_DEFLATE=1: on the GPU)" in cuda_engine_info()
-    monkeypatch.setenv("IMGOPS_GPU_DEFLATE", "1")
+    monkeypatch.setenv("IMGOPS_GPU_DEFLATE", "0")
+    assert "PNG deflate on the CPU threads (IMGOPS_GPU_DEFLATE=0)" in cuda_engine_info()
+    monkeypatch.delenv("IMGOPS_GPU_DEFLATE", raising=False)  # the default
     assert "PNG deflate on the GPU at --png-level 2" in cuda_engine_info()

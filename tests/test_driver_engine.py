@@ -296,14 +296,17 @@ def test_driver_engine_writes_the_cpu_paths_bytes(tmp_path: Path, fake_driver, l
     assert device.closed and engine.stage.stream.closed and engine.stage.decoder is None
 
 
-@pytest.mark.parametrize(("gpu_deflate", "streams"), [("1", "4"), ("1", "1"), ("0", "4")])
+@pytest.mark.parametrize(("gpu_deflate", "streams"), [("default", "4"), ("1", "1"), ("0", "4")])
 def test_the_device_deflate_is_used_and_changes_no_byte(
     tmp_path: Path, fake_driver, monkeypatch, gpu_deflate, streams
 ):
     """At the default level the stream is deflated on the device (on side streams, or on the
     stage's own with IMGOPS_DEFLATE_STREAMS=1) and framed in place on the host;
-    without IMGOPS_GPU_DEFLATE=1 the filtered rows come back instead; the files are the same."""
-    monkeypatch.setenv("IMGOPS_GPU_DEFLATE", gpu_deflate)
+    with IMGOPS_GPU_DEFLATE=0 the filtered rows come back instead; the files are the same."""
+    if gpu_deflate == "default":
+        monkeypatch.delenv("IMGOPS_GPU_DEFLATE", raising=False)
+    else:
+        monkeypatch.setenv("IMGOPS_GPU_DEFLATE", gpu_deflate)
     monkeypatch.setenv("IMGOPS_DEFLATE_STREAMS", streams)
     waits: list[FakeStream] = []
     monkeypatch.setattr(FakeStream, "wait", lambda self, event: waits.append(self))
@@ -324,9 +327,9 @@ def test_the_device_deflate_is_used_and_changes_no_byte(
         assert (tmp_path / "dev" / name).read_bytes() == data, name
         assert results[name].bytes_written == len(data)
     heights = sorted(r.shape[0] for r in results.values())
-    assert sorted(deflated) == (heights if gpu_deflate == "1" else [])
+    assert sorted(deflated) == (heights if gpu_deflate != "0" else [])
     main = engine.stage.stream
-    if gpu_deflate == "1" and streams == "4":  # each deflate waits for its rows, main for all
+    if gpu_deflate != "0" and streams == "4":  # each deflate waits for its rows, main for all
         assert sum(stream is not main for stream in waits) == len(deflated)
         assert any(stream is main for stream in waits)
     else:

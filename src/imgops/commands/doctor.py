@@ -108,7 +108,7 @@ def cuda_engine_info() -> str:
     from ..io.png import DEFAULT_LEVEL, device_deflate, gpu_deflate_wanted
 
     if not gpu_deflate_wanted():
-        deflate = "the CPU threads (IMGOPS_GPU_DEFLATE=1: on the GPU)"
+        deflate = "the CPU threads (IMGOPS_GPU_DEFLATE=0)"
     elif device_deflate(DEFAULT_LEVEL) is None:
         deflate = "the CPU threads (imgops._cli_kernels is not built)"
     else:

@@ -11,14 +11,14 @@ files take the CPU path.
 
 Per batch on the device thread: nvImageCodec decodes the accepted JPEGs (one call, on the
 stage's stream, into the stage's memory) -> `op.driver` per image (gray: one kernel into
-stream-ordered device memory) -> the PNG row filter kernel -> with IMGOPS_GPU_DEFLATE=1, the
+stream-ordered device memory) -> the PNG row filter kernel -> the
 deflate kernels (png_deflate_kernels.cuh: the CPU encoder's exact zlib stream) -> the stream
 copied into a reused pinned buffer laid out as the PNG file -> an event; the encode threads
 wait for it, add the chunk framing and CRCs in place (png_finish_zlib) and write. The
 deflates of a batch spread over side streams (IMGOPS_DEFLATE_STREAMS, default 4), each waiting
 for its image's filtered rows; the stage's stream waits for all of them before the batch's event.
-(By default, until a GPU run shows the device deflate winning: the filtered rows come back and
-the encode threads deflate them; `-f jpg`: nvImageCodec's encoder.)
+(With IMGOPS_GPU_DEFLATE=0, or at PNG levels the device deflate does not serve, the filtered rows
+come back and the encode threads deflate them; `-f jpg`: nvImageCodec's encoder.)
 Device buffers are freed in stream order right after the copies are queued.
 
 What the GPU does not decode (PNG, TIFF, CMYK or 12-bit JPEG, ...) takes the whole CPU path on
