@@ -673,3 +673,46 @@ def test_gray_on_a_missing_gpu_leaves_no_prestarted_stage(tmp_path: Path, monkey
     assert done.exit_code == 1 and "no CUDA GPU" in done.output, done.output
     assert len(made) == 1 and driver_stage._prestarted == {}
     assert not (tmp_path / "out.png").exists()
+
+
+def test_the_next_batch_decodes_while_the_device_runs_the_last(
+    tmp_path: Path, fake_driver, monkeypatch
+):
+    """nvImageCodec's call blocks until its batch is decoded: a decode thread decodes batch k+1
+    while the device thread queues batch k, never more than one batch ahead."""
+    import threading
+    import time
+
+    decodes: list[tuple[str, float, float]] = []
+    runs: list[tuple[float, float]] = []
+
+    class SlowDecoder(FakeDecoder):
+        def decode(self, batch, cuda_stream: int = 0):
+            start = time.perf_counter()
+            time.sleep(0.05)
+            out = super().decode(batch, cuda_stream)
+            decodes.append((threading.current_thread().name, start, time.perf_counter()))
+            return out
+
+    original = DriverEngine._run_batch
+
+    def slow_run(self, stage, batch, images):
+        start = time.perf_counter()
+        time.sleep(0.05)
+        outcome = original(self, stage, batch, images)
+        runs.append((start, time.perf_counter()))
+        return outcome
+
+    monkeypatch.setattr(DriverEngine, "_run_batch", slow_run)
+    settings = PipelineSettings(device="cuda", jobs=2, batch_size=1)
+    engine = _engine(settings, SlowDecoder())
+    _wait_for_stage(engine)
+    paths = [p for p in JPEGS if p.stat().st_size < 300_000][:2] * 4
+    results = _run(engine, paths, tmp_path / "dev")
+    assert all(r.status == "written" for r in results.values())
+    assert len(decodes) == len(runs) == len(paths)
+    assert {name for name, _, _ in decodes} == {"imgops-decode"}
+    overlapped = sum(decodes[k + 1][1] < runs[k][1] for k in range(len(runs) - 1))
+    assert overlapped >= len(runs) // 2, (decodes, runs)
+    for k in range(len(runs) - 2):  # batch k+2 decodes only once the device took batch k+1
+        assert decodes[k + 2][1] >= runs[k][1] - 1e-3

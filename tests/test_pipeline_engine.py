@@ -277,7 +277,7 @@ def test_device_engine_keeps_a_bounded_number_of_files_in_flight(tmp_path: Path)
     engine = device_engine(GRAY, settings, CPU_PLAN, 2)
     engine.run(jobs(), on_result)
     assert finished[0] == 60
-    assert max(ahead) <= engine.window == 4 * 4 + 2 * 2
+    assert max(ahead) <= engine.window == 5 * 4 + 2 * 2
     assert engine.decoded_budget.peak <= max(1 << 20, 400 * 600 * 3)
     assert engine.pool is not None and engine.pool.peak_bytes <= settings.pinned_bytes
 

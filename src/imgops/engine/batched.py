@@ -1,20 +1,22 @@
 """The device engine: files decoded in batches, the op run on the device, codecs on CPU threads.
 
-    prep threads (jobs)      device thread (one, owns the stream)         encode threads (jobs)
-    read file ------------>  batch of up to batch_size files:             wait for the batch's
-    JPEG: parse header       nvImageCodec decode (one call) -> DLPack      event, then
-    else: OpenCV decode      CPU-decoded: pinned staging -> device         deflate the filtered
-      (byte budget)   ---->  op.torch per shape group (one launch)        rows (or encode JPEG)
-                             png_filter on the device                      -> atomic write
-                             rows -> reused pinned buffers, event  ----->  -> result
+    prep threads (jobs)      decode thread        device thread (one)      encode threads (jobs)
+    read file ------------>  batch of up to  -->  CPU-decoded: pinned  --> wait for the batch's
+    JPEG: parse header       batch_size files:    staging -> device        event, then deflate
+    else: OpenCV decode      nvImageCodec         op.torch per shape       the filtered rows
+      (byte budget)   ---->  decode (one call)    group (one launch),      (or encode JPEG)
+                             -> DLPack            png_filter on the        -> atomic write
+                                                  device, rows -> reused   -> result
+                                                  pinned buffers, event
 
-Everything overlaps: while the device works on batch k, the prep threads read and decode
-batch k+1 and the encode threads deflate batch k-1. torch and CUDA start in a background
-thread while the first files are read and parsed; the first nvImageCodec batch needs no torch.
+Everything overlaps: while the device thread queues batch k, the decode thread decodes batch
+k+1 (nvImageCodec's call returns once its batch is decoded), the prep threads read batch k+2
+and the encode threads deflate batch k-1. torch and CUDA start in a background thread while
+the first files are read and parsed; the first nvImageCodec batch needs no torch.
 What bounds memory, whatever the batch size: `window` files in flight in all; CPU-decoded
-images by `startup_buffer_bytes`; device memory by two batches of `batch_bytes` (by
-`startup_device_bytes` while torch starts); rows coming back by the pinned pool
-(`pinned_bytes`).
+images by `startup_buffer_bytes`; device memory by two batches of `batch_bytes` on the device
+and one decoded ahead (by `startup_device_bytes` while torch starts); rows coming back by the
+pinned pool (`pinned_bytes`).
 
 A file nvImageCodec cannot decode (or an out-of-memory batch) goes through the CPU path
 (HostWorker) instead, with the same bits; a failing file never stops the others.
@@ -44,6 +46,8 @@ from .phases import Phases
 from .types import Job, JobResult, PipelineSettings, join_notes
 
 _DONE = object()
+#: Batches the decode thread may decode ahead of the one the device thread runs.
+_DECODE_AHEAD = 1
 
 
 @dataclass
@@ -58,6 +62,16 @@ class _Item:
     order: str | None = None  # channel order of the op's input ("rgb", "bgr", None)
     output: Any = None  # the op's result (device tensor)
     extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class _Decoded:
+    """A batch from the decode thread: its items, the GPU-decoded images by position, and the
+    stream they were decoded on (0: before the stage's stream existed)."""
+
+    batch: list[_Item]
+    images: dict[int, Any]
+    stream: int
 
 
 class TorchStage:
@@ -174,8 +188,9 @@ class DeviceEngine:
         self.stage = self._make_stage(device)
         self.decoder: Any = None
         self.max_pixels = settings.max_pixels or default_max_pixels()
-        # Four batches: while torch starts, the first ones decode and wait on the device.
-        self.window = 4 * settings.batch_size + 2 * workers
+        # Five batches: one gathered and decoding, one decoded ahead, two on the device, one
+        # being encoded (while torch starts, the first ones decode and wait on the device).
+        self.window = 5 * settings.batch_size + 2 * workers
         self.filtered = None  # set on the device thread
         self.pool: BufferPool | None = None
         self.max_in_flight = 0
@@ -311,30 +326,41 @@ class DeviceEngine:
 
     # ---------------------------------------------------------------- the device thread
     def _device_loop(self) -> None:
-        """Gathers batches, decodes them, runs them on the device, hands rows to the encoders.
+        """Runs decoded batches on the device, hands rows to the encoders.
 
-        Until torch is ready, decoded batches wait (at most startup_device_bytes): the first
-        decodes overlap the start-up of torch and CUDA.
+        A decode thread (`_decode_loop`) gathers and decodes the next batch while this one
+        runs the last: nvImageCodec's call returns only when its batch is decoded, and
+        queueing a batch's kernels and copies takes a fraction of that. Until the stage is
+        ready, decoded batches wait (at most startup_device_bytes): the first decodes overlap
+        the start-up of torch and CUDA.
         """
         retiring: tuple[Any, list[Any]] | None = None
-        waiting: list[tuple[list[_Item], dict[int, Any]]] = []
+        waiting: list[_Decoded] = []
         if self.decoder is not None and self.host_while_starting:
             with self.phases.timed("device.warm_up"):  # while the first files take the CPU path
                 self.decoder.warm_up()
+        decoded: queue.Queue[Any] = queue.Queue()
+        room = threading.Semaphore(_DECODE_AHEAD)
+        decoding = threading.Thread(
+            target=self._decode_loop, args=(decoded, room), name="imgops-decode"
+        )
+        decoding.start()
         try:
             while not self.stop.is_set():
-                batch = self._gather(block=not waiting)
-                if batch is not None:
-                    waiting.append((batch, self._decode_batch(batch)))
+                entry = self._next_decoded(decoded, room, block=not waiting)
+                if entry is not None:
+                    waiting.append(entry)
                 ready = self.stage.future.done()
-                held = sum(self._item_bytes(i) for b, _ in waiting for i in b)
-                if batch is not None and not ready and held < self.settings.startup_device_bytes:
+                held = sum(self._item_bytes(i) for e in waiting for i in e.batch)
+                if entry is not None and not ready and held < self.settings.startup_device_bytes:
                     continue
-                if batch is None and not waiting:
+                if entry is None and not waiting:
                     break
                 stage = self._started(waiting)
-                for pending, images in waiting:
-                    event, keep = self._run_batch(stage, pending, images)
+                for pending in waiting:
+                    if pending.stream == 0 and pending.images and stage.cuda:
+                        self._decoded_before_stream(stage)
+                    event, keep = self._run_batch(stage, pending.batch, pending.images)
                     if retiring is not None and retiring[0] is not None:
                         with self.phases.timed("device.wait_previous"):
                             retiring[0].synchronize()  # at most two batches alive on the device
@@ -344,8 +370,55 @@ class DeviceEngine:
             self.results.put(error)
         except BaseException as error:  # a bug or a device failure: stop the batch, say why
             self.results.put(FatalError(error))
+        finally:
+            room.release()  # a decode thread waiting for room sees the stop (or the end)
+            decoding.join()
 
-    def _started(self, waiting: list[tuple[list[_Item], dict[int, Any]]]) -> TorchStage:
+    def _decode_loop(self, decoded: queue.Queue[Any], room: threading.Semaphore) -> None:
+        """The decode thread: gathers batches and decodes them, at most _DECODE_AHEAD ahead
+        of the device thread; puts _DONE last, whatever happens."""
+        try:
+            while True:
+                while not room.acquire(timeout=0.1):
+                    if self.stop.is_set():
+                        return
+                if self.stop.is_set():
+                    return
+                batch = self._gather(block=True)
+                if batch is None:
+                    return
+                stream = self._decode_stream() if self._needs_decode(batch) else 0
+                decoded.put(_Decoded(batch, self._decode_batch(batch, stream), stream))
+        except FatalError as error:
+            self.results.put(error)
+        except BaseException as error:  # a bug or a device failure: stop the batch, say why
+            self.results.put(FatalError(error))
+        finally:
+            decoded.put(_DONE)
+
+    def _next_decoded(
+        self, decoded: queue.Queue[Any], room: threading.Semaphore, block: bool
+    ) -> _Decoded | None:
+        """The next decoded batch (waiting for it if `block`); None when none came or the
+        input ended."""
+        start = time.perf_counter()
+        try:
+            entry = decoded.get(timeout=None if block else 0.02)
+        except queue.Empty:
+            return None
+        finally:
+            self.phases.add("device.wait_decode", time.perf_counter() - start)
+        if entry is _DONE:
+            decoded.put(_DONE)  # seen again by the next call
+            return None
+        room.release()
+        return entry
+
+    def _decoded_before_stream(self, stage: TorchStage) -> None:
+        """A batch decoded on the default stream before the stage's existed: wait for it."""
+        stage.torch.cuda.synchronize()
+
+    def _started(self, waiting: list[_Decoded]) -> TorchStage:
         """The torch stage (waiting for it); the wait is charged to the files that waited."""
         start = time.perf_counter()
         stage = self.stage.get()
@@ -353,18 +426,16 @@ class DeviceEngine:
         self.phases.add("device.wait_torch", waited)
         if self.pool is None:
             self._first_batch(stage, waiting)
-        items = [item for batch, _ in waiting for item in batch]
+        items = [item for entry in waiting for item in entry.batch]
         if waited > 1e-3 and items:
             for item in items:
                 item.result.seconds["start"] = waited / len(items)
         return stage
 
-    def _first_batch(self, stage: Any, waiting: list[tuple[list[_Item], dict[int, Any]]]) -> None:
+    def _first_batch(self, stage: Any, waiting: list[_Decoded]) -> None:
         """Once, when the stage is first used: the pinned pool and the PNG row encoder."""
         self.pool = BufferPool(self.settings.pinned_bytes, pin=stage.cuda)
         self.filtered = stage.png_filter is not None and _encode_png_filtered()
-        if stage.cuda and any(images for _, images in waiting):
-            stage.torch.cuda.synchronize()  # batches decoded before the stream existed
 
     def _gather(self, block: bool) -> list[_Item] | None:
         """The next batch: one item (waiting for it if `block`), then whatever is queued,
@@ -398,13 +469,18 @@ class DeviceEngine:
             return item.candidate.nbytes
         return item.image.pixels.nbytes if item.image is not None else 0
 
-    def _decode_batch(self, batch: list[_Item]) -> dict[int, Any]:
-        """nvImageCodec decodes the batch's JPEGs in one call; failures go to the CPU path."""
+    @staticmethod
+    def _needs_decode(batch: list[_Item]) -> bool:
+        return any(item.candidate is not None for item in batch)
+
+    def _decode_batch(self, batch: list[_Item], stream: int) -> dict[int, Any]:
+        """nvImageCodec decodes the batch's JPEGs in one call on `stream`; failures go to the
+        CPU path."""
         picked = [i for i, item in enumerate(batch) if item.candidate is not None]
         if not picked:
             return {}
         start = time.perf_counter()
-        decoded = self.decoder.decode([batch[i].candidate for i in picked], self._decode_stream())
+        decoded = self.decoder.decode([batch[i].candidate for i in picked], stream)
         took = time.perf_counter() - start
         first = not getattr(self, "_decoded_once", False)
         self._decoded_once = True
@@ -422,7 +498,7 @@ class DeviceEngine:
 
     def _decode_stream(self) -> int:
         """The stream nvImageCodec decodes on: the stage's once started, else the default (0);
-        `_started` synchronizes the device for batches decoded before the stage was ready."""
+        the device thread synchronizes the device for batches decoded before that."""
         stage = self.stage.future
         return stage.result().stream_handle() if stage.done() and not stage.exception() else 0
 
