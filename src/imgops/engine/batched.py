@@ -387,8 +387,7 @@ class DeviceEngine:
                 batch = self._gather(block=True)
                 if batch is None:
                     return
-                stream = self._decode_stream() if self._needs_decode(batch) else 0
-                decoded.put(_Decoded(batch, self._decode_batch(batch, stream), stream))
+                decoded.put(self._decode_batch(batch))
         except FatalError as error:
             self.results.put(error)
         except BaseException as error:  # a bug or a device failure: stop the batch, say why
@@ -425,14 +424,14 @@ class DeviceEngine:
         waited = time.perf_counter() - start
         self.phases.add("device.wait_torch", waited)
         if self.pool is None:
-            self._first_batch(stage, waiting)
+            self._first_batch(stage)
         items = [item for entry in waiting for item in entry.batch]
         if waited > 1e-3 and items:
             for item in items:
                 item.result.seconds["start"] = waited / len(items)
         return stage
 
-    def _first_batch(self, stage: Any, waiting: list[_Decoded]) -> None:
+    def _first_batch(self, stage: Any) -> None:
         """Once, when the stage is first used: the pinned pool and the PNG row encoder."""
         self.pool = BufferPool(self.settings.pinned_bytes, pin=stage.cuda)
         self.filtered = stage.png_filter is not None and _encode_png_filtered()
@@ -469,16 +468,12 @@ class DeviceEngine:
             return item.candidate.nbytes
         return item.image.pixels.nbytes if item.image is not None else 0
 
-    @staticmethod
-    def _needs_decode(batch: list[_Item]) -> bool:
-        return any(item.candidate is not None for item in batch)
-
-    def _decode_batch(self, batch: list[_Item], stream: int) -> dict[int, Any]:
-        """nvImageCodec decodes the batch's JPEGs in one call on `stream`; failures go to the
-        CPU path."""
+    def _decode_batch(self, batch: list[_Item]) -> _Decoded:
+        """nvImageCodec decodes the batch's JPEGs in one call; failures go to the CPU path."""
         picked = [i for i, item in enumerate(batch) if item.candidate is not None]
         if not picked:
-            return {}
+            return _Decoded(batch, {}, 0)
+        stream = self._decode_stream()
         start = time.perf_counter()
         decoded = self.decoder.decode([batch[i].candidate for i in picked], stream)
         took = time.perf_counter() - start
@@ -494,7 +489,7 @@ class DeviceEngine:
                 self._fallback(batch[i], "nvImageCodec could not decode it")
             else:
                 images[i] = image
-        return images
+        return _Decoded(batch, images, stream)
 
     def _decode_stream(self) -> int:
         """The stream nvImageCodec decodes on: the stage's once started, else the default (0);

@@ -84,7 +84,7 @@ class DriverEngine(DeviceEngine):
             stage.bind(self.decoder)  # --decoder gpu: made in run(), on the calling thread
         return stage.stream_handle()
 
-    def _first_batch(self, stage: Any, waiting: list[Any]) -> None:
+    def _first_batch(self, stage: Any) -> None:
         """The pinned pool from the driver (its buffers freed at the end) and the row encoder;
         nothing was decoded before the stage (decodes wait for its stream)."""
         self.pool = BufferPool(
