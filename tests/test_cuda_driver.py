@@ -620,15 +620,21 @@ def _deflate_case(kind: str, height: int, row: int, rng: np.random.Generator) ->
 
 
 def _cpu_zlib(rows: np.ndarray) -> bytes:
-    """The CPU encoder's zlib stream for filtered rows (its PNG file's one IDAT payload)."""
+    """The CPU encoder's zlib stream for filtered rows: its PNG file's IDAT payloads joined
+    (a stream over 1 GiB spans several IDAT chunks)."""
     from imgops.native import cli_kernels
 
     kernels = cli_kernels()
     height, row = rows.shape
-    png = kernels.png_encode_filtered(rows.tobytes(), row - 1, height, 1, 1)
-    head = kernels.PNG_HEAD_BYTES
-    length = int.from_bytes(png[head - 8 : head - 4], "big")
-    return png[head : head + length]
+    png = memoryview(kernels.png_encode_filtered(rows.tobytes(), row - 1, height, 1, 1))
+    pieces, at = [], 8  # after the signature
+    while at < len(png):
+        length = int.from_bytes(png[at : at + 4], "big")
+        if png[at + 4 : at + 8] == b"IDAT":
+            pieces.append(png[at + 8 : at + 8 + length])
+        at += 12 + length
+    assert pieces, "no IDAT chunk"
+    return b"".join(pieces)
 
 
 def _device_zlib(backend: Backend, rows: np.ndarray) -> bytes:

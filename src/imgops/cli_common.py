@@ -97,7 +97,7 @@ def _set_verbose(ctx: click.Context, param: click.Parameter, value: bool) -> boo
 #: CUDA_MIN_FILES_DRIVER (the torch-free CUDA engine) and CUDA_MIN_FILES (the torch engine, where
 #: imgops was built without its fatbin kernels), repeated here so that --help does not import
 #: the engine (tests/test_cli_help.py checks them).
-GRAY_CUDA_MIN_FILES = 1800
+GRAY_CUDA_MIN_FILES = 1000
 GRAY_CUDA_MIN_FILES_TORCH = 3000
 
 #: What --device auto means, for every command.

@@ -23,9 +23,11 @@ from .types import PipelineSettings
 #: first: torch and nvImageCodec take 4-5 s to start there.
 CUDA_MIN_FILES = 3000
 #: The same crossover for ops with a driver function (imgops.engine.driver, no torch), measured
-#: on the H200 host (2026-12-04, two runs of 800 and 3200 files): cuda 3.1-4.3 s + n / 362-379
-#: files/s against cpu 1.0-1.8 s + n / 232-254: n = 1363 and 1856 (docs/GPU.md).
-CUDA_MIN_FILES_DRIVER = 1800
+#: on an H100 host (16 cores, 2026-12-05, with the GPU deflate and the decode thread; process
+#: walls of 100..3200 files of the issue-10 batch, two runs without fsync, one with): cuda
+#: 2.9-3.4 s + n / 767-940 files/s against cpu 0.65-1.6 s + n / 266-330, so CUDA finishes first
+#: from 909-919 files (at 800: 3.95 vs 3.66 s; at 1600: 5.01 vs 6.29 s; docs/GPU.md).
+CUDA_MIN_FILES_DRIVER = 1000
 
 
 class DeviceUnavailable(RuntimeError):

@@ -1,0 +1,89 @@
+"""Where a whole `imgops gray` process spends its wall, outside the engine's own --stats-json:
+the interpreter's start, the imports, the planning, the CUDA prestart, the engine, and the way
+out, each as milliseconds since the process was created (from /proc/self/stat).
+
+    python scripts/timeline.py TIMELINE.txt gray DIR -d OUT -q --device cuda
+
+runs imgops' CLI with those arguments and appends one line per event to TIMELINE.txt (the exit
+itself, after os._exit or sys.exit, is timed by the caller: the file's last line is the moment
+the process asked to leave). Linux only (the process start time comes from /proc).
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import sys
+import threading
+import time
+
+
+def _process_start() -> float:
+    """When this process was created, in CLOCK_BOOTTIME seconds (Linux /proc; 10 ms ticks)."""
+    with open("/proc/self/stat") as stat:
+        fields = stat.read().rpartition(")")[2].split()
+    start_ticks = int(fields[19])  # field 22 of stat(5); fields[0] is field 3
+    return start_ticks / os.sysconf("SC_CLK_TCK")
+
+
+def _now() -> float:
+    return time.clock_gettime(time.CLOCK_BOOTTIME)
+
+
+_START = _process_start()
+_LINES: list[str] = []
+_LOCK = threading.Lock()
+
+
+def mark(event: str) -> None:
+    """Records `event` at the current time (ms since the process was created)."""
+    with _LOCK:
+        _LINES.append(f"{1000 * (_now() - _START):9.1f} ms  {event}")
+
+
+def _flush(path: str) -> None:
+    with open(path, "a") as out:
+        out.write("\n".join(_LINES) + "\n")
+
+
+def _wrap(module, name: str) -> None:
+    """Replaces module.name by a function that marks its entry and exit."""
+    inner = getattr(module, name)
+
+    def timed(*args, **kwargs):
+        mark(f"{name} enter")
+        try:
+            return inner(*args, **kwargs)
+        finally:
+            mark(f"{name} return")
+
+    setattr(module, name, timed)
+
+
+def main() -> None:
+    """Runs imgops' CLI with sys.argv[2:], marking its stages into sys.argv[1]."""
+    path = sys.argv[1]
+    mark("python up (timeline.py runs)")
+    import imgops.cli as cli
+
+    mark("imported imgops.cli")
+    import imgops.commands.gray as gray
+
+    mark("imported imgops.commands.gray")
+    for name in ("_plan", "_prestart_cuda", "run_plan", "_discard_prestarted"):
+        _wrap(gray, name)
+    real_exit = os._exit
+
+    def leave(code: int) -> None:
+        mark(f"os._exit({code})")
+        _flush(path)
+        real_exit(code)
+
+    os._exit = leave
+    atexit.register(lambda: (mark("atexit (sys.exit path)"), _flush(path)))
+    sys.argv = ["imgops"] + sys.argv[2:]
+    cli.main()
+
+
+if __name__ == "__main__":
+    main()
