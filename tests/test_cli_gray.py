@@ -605,6 +605,31 @@ def test_help_and_gray_inputs_never_import_torch(tmp_path):
     assert_gray_matches(read_output(tmp_path / "camera_gray_gray.png"), SAMPLES / "camera_gray.png")
 
 
+def test_gray_imports_no_numpy_before_the_cuda_stage_starts(tmp_path):
+    """Everything the command does before it may start the CUDA stage (_prestart_cuda: the
+    options, the plan, the settings) imports no numpy or OpenCV, so their import (0.3 s on the
+    H100 host) overlaps the GPU's start instead of delaying it."""
+    shutil.copy(SAMPLES / "camera_gray.png", tmp_path / "camera_gray.png")
+    code = (
+        "import sys\n"
+        "import imgops.commands.gray as gray\n"
+        "from imgops.cli import cli\n"
+        "seen = []\n"
+        "real = gray._prestart_cuda\n"
+        "def spy(settings):\n"
+        "    seen.append(sorted(m for m in ('numpy', 'cv2', 'torch') if m in sys.modules))\n"
+        "    real(settings)\n"
+        "gray._prestart_cuda = spy\n"
+        "cli.main(['gray', 'camera_gray.png', '-q', '--device', 'cpu'], standalone_mode=False)\n"
+        "print('at prestart:', seen, 'after:', 'numpy' in sys.modules)\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip().splitlines()[-1] == "at prestart: [[]] after: True"
+
+
 # ------------------------------------------------------------------------- CUDA (GPU machine)
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 from .errors import FileFailedError, UsageProblem
+from .io.defaults import DEFAULT_PNG_LEVEL
 
 if TYPE_CHECKING:  # the planner and report load with the first file (`imgops --help` stays fast)
     from .planner import NameRule, Plan
@@ -36,7 +37,6 @@ __all__ = [
 ]
 
 FORMATS = ("png", "tif", "jpg", "bmp", "webp")
-DEFAULT_PNG_LEVEL = 2  # the same as imgops.io.images.DEFAULT_PNG_LEVEL (checked by the tests)
 DEFAULT_JPEG_QUALITY = 95
 #: Output names: beside the input, and inside -d DIR.
 DEFAULT_NAME = "{stem}_gray.{ext}"
@@ -95,8 +95,9 @@ def name_rule(fmt: str, template: str | None, in_dir: bool) -> NameRule:
 
 def engine_settings(**options: Any):
     """imgops.pipeline.PipelineSettings from options; options this engine lacks must be left at
-    their defaults (a UsageProblem otherwise), so newer options fail loudly on older engines."""
-    from .pipeline import PipelineSettings
+    their defaults (a UsageProblem otherwise), so newer options fail loudly on older engines.
+    (From imgops.engine.types, which imports no numpy: the CUDA stage's start follows.)"""
+    from .engine.types import PipelineSettings
 
     known = {f.name: f for f in dataclasses.fields(PipelineSettings)}
     defaults = {"decoder": "auto", "jpeg_quality": DEFAULT_JPEG_QUALITY, "expected_files": None}

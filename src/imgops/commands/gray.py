@@ -179,7 +179,7 @@ def gray(
         from ..dask.run import BATCH_PRELOAD, start_local_workers
 
         start_local_workers(scheduler, BATCH_PRELOAD)
-    from ..io.images import default_max_pixels
+    from ..io.defaults import default_max_pixels  # (no numpy yet: see _prestart_cuda)
 
     try:  # a bad $IMGOPS_MAX_IMAGE_PIXELS is one usage error, not one error per file
         default_max_pixels()
@@ -198,7 +198,7 @@ def gray(
             inputs, output, output_dir, name_template, files_from, null, recursive, fmt,
             overwrite, skip_existing, stats_json,
         )  # fmt: skip
-        from ..pipeline import default_jobs
+        from ..engine.types import default_jobs
 
         settings = engine_settings(
             device=device,
@@ -279,15 +279,17 @@ def _plan(
 def _prestart_cuda(settings) -> None:
     """Where the batch will run on the torch-free CUDA engine with nvImageCodec (`--device
     cuda`, or `auto` on a large batch), its CUDA stage starts now, so the driver's start, the
-    context and the decoder's warm-up overlap OpenCV's import and the rest of the set-up
-    (imgops.engine.driver_stage.prestart). The batch's own choice is made, and checked, later."""
+    context and the decoder's warm-up overlap the imports of numpy and OpenCV and the rest of
+    the set-up (imgops.engine.driver_stage.prestart). Nothing up to here imports numpy (0.3 s
+    on the H100 host; tests/test_cli_gray.py checks). The batch's own choice is made, and
+    checked, later."""
     from ..engine.device import driver_gpu_if_present
     from ..engine.ops import GRAY
 
     index = driver_gpu_if_present(settings, GRAY)
     if index is not None:
         from ..engine.driver_stage import prestart
-        from ..pipeline import default_jobs
+        from ..engine.types import default_jobs
 
         prestart(index, settings.jobs or default_jobs())
 

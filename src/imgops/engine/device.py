@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..io import gpu_decode
-from .types import PipelineSettings
+
+if TYPE_CHECKING:
+    from .types import PipelineSettings
 
 #: Files from which `--device auto` picks CUDA (with a usable GPU and nvImageCodec): the
 #: crossover measured on the H200 host (16 cores) for the issue-10 photo batch, one run,

@@ -23,11 +23,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
-
-import numpy as np
+from typing import TYPE_CHECKING, Any
 
 from ..native import cli_kernels
+
+if TYPE_CHECKING:
+    import numpy as np
 
 
 @dataclass(frozen=True)
@@ -51,6 +52,8 @@ def gray_numpy(pixels: np.ndarray, channel_order: str | None) -> np.ndarray:
     Uses imgops._cli_kernels (the torch op's SIMD loops, GIL released) where it was built,
     else the formula in numpy (the same bits, slower).
     """
+    import numpy as np
+
     if pixels.ndim == 2:
         return pixels
     pixels = np.ascontiguousarray(pixels)

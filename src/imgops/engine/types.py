@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from ..io.images import DEFAULT_PNG_LEVEL
+from ..io.defaults import DEFAULT_PNG_LEVEL
 
 #: Stages timed per file. "device" is the file's share of its batch on the device (kernels and
 #: copies); "start" is time a file waited for torch/CUDA to start.

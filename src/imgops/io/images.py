@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from . import decoder_warnings
+from .defaults import DEFAULT_PNG_LEVEL, MAX_PIXELS_ENV, default_max_pixels
 from .image_headers import HeaderInfo, header_info, sniff_format
 from .inputs import MAX_INPUT_BYTES, read_input_bytes
 
@@ -40,13 +41,8 @@ __all__ = [
 
 #: Output formats (the `--format` names) and the suffix each writes.
 FORMAT_EXTENSIONS = {"png": ".png", "tif": ".tif", "jpg": ".jpg", "bmp": ".bmp", "webp": ".webp"}
-#: imgops' PNG encoder level: smaller than OpenCV's default PNG on photos, and faster.
-DEFAULT_PNG_LEVEL = 2
 #: PNG encoders: "imgops" (imgops.io.png, a fast deflate) or "opencv" (libpng through cv2).
 PNG_ENCODERS = ("imgops", "opencv")
-#: Environment variable that overrides the decompression-bomb limit (pixels per image).
-MAX_PIXELS_ENV = "IMGOPS_MAX_IMAGE_PIXELS"
-_DEFAULT_MAX_PIXELS = 1 << 28  # 268 megapixels, e.g. 16384 x 16384
 _SIXTEEN_BIT_FORMATS = ("png", "tif")
 
 
@@ -100,22 +96,6 @@ def quiet_opencv() -> None:
     os.environ.setdefault("OPENCV_LOG_LEVEL", "SILENT")
     if _cv2_module is not None:
         _cv2_module.utils.logging.setLogLevel(_cv2_module.utils.logging.LOG_LEVEL_SILENT)
-
-
-def default_max_pixels() -> int:
-    """The decompression-bomb limit: $IMGOPS_MAX_IMAGE_PIXELS, else 2**28 pixels.
-
-    Raises:
-        ValueError: the variable is set but not a positive whole number (the message names it;
-            the CLI checks it once before any work and makes it a usage error).
-    """
-    raw = os.environ.get(MAX_PIXELS_ENV)
-    if raw is None or not raw.strip():
-        return _DEFAULT_MAX_PIXELS
-    value = raw.strip()
-    if not value.isdigit() or int(value) <= 0:
-        raise ValueError(f"{MAX_PIXELS_ENV} must be a positive whole number of pixels, got {raw!r}")
-    return int(value)
 
 
 # --------------------------------------------------------------------------------------------
