@@ -326,6 +326,20 @@ def test_device_properties(backend):
     assert backend.stream.handle != 0
 
 
+def test_quick_driver_calls_keep_the_gil(fake, monkeypatch):
+    """Launches, stream-ordered allocations and copies are made holding the GIL (winning it
+    back after each call cost the device thread most of its time); waits release it."""
+    keeps = ctypes._FUNCFLAG_PYTHONAPI
+    lib = cd._driver()
+    for name in ("cuLaunchKernel", "cuMemAllocAsync", "cuMemFreeAsync", "cuEventRecord"):
+        assert getattr(lib, name)._flags_ & keeps, name
+    for name in ("cuStreamSynchronize", "cuEventSynchronize", "cuMemHostAlloc", "cuInit"):
+        assert not getattr(lib, name)._flags_ & keeps, name
+    monkeypatch.setenv("IMGOPS_DRIVER_GIL", "release")
+    monkeypatch.setattr(cd, "_lib", None)
+    assert not cd._driver().cuLaunchKernel._flags_ & keeps
+
+
 def test_fake_device_sets_the_pool_threshold_and_context_once(fake):
     assert fake.counter("fake_last_threshold", ctypes.c_uint64) == 2**64 - 1
     before = fake.counter("fake_ctx_set_current_calls")

@@ -18,6 +18,7 @@ manager); close the streams, events, buffers and kernels of a Device before the 
 from __future__ import annotations
 
 import ctypes
+import os
 import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -218,8 +219,46 @@ _PROTOTYPES: dict[str, list[Any]] = {
     ],
 }
 
+#: Calls that only queue work or book-keep (microseconds, never waiting for the GPU): made
+#: holding the GIL (ctypes.PyDLL). A ctypes call through CDLL releases the GIL and must win it
+#: back after; with 16 prep and 16 encode threads wanting it, the device thread waited up to
+#: the switch interval (5 ms) after every launch and allocation (py-spy --native on the H100
+#: host, 3200 photos: most of its time in take_gil's pthread_cond_timedwait). Waits (stream
+#: and event synchronization), pinned allocations and module loads still release it.
+#: IMGOPS_DRIVER_GIL=release releases it around every call (comparisons).
+_QUICK_CALLS = (
+    "cuCtxSetCurrent",
+    "cuLaunchKernel",
+    "cuMemAllocAsync",
+    "cuMemFreeAsync",
+    "cuMemcpyDtoHAsync_v2",
+    "cuMemcpyHtoDAsync_v2",
+    "cuMemsetD8Async",
+    "cuEventCreate",
+    "cuEventRecord",
+    "cuEventQuery",
+    "cuEventDestroy_v2",
+    "cuStreamWaitEvent",
+    "cuMemGetInfo_v2",
+    "cuGetErrorName",
+    "cuGetErrorString",
+)
+
 _lib: ctypes.CDLL | None = None
 _lib_lock = threading.Lock()
+
+
+def _hold_gil_in_quick_calls(lib: ctypes.CDLL) -> None:
+    """Rebinds lib's _QUICK_CALLS to foreign functions that keep the GIL (same library
+    handle, same prototypes), unless IMGOPS_DRIVER_GIL=release."""
+    if os.environ.get("IMGOPS_DRIVER_GIL", "hold") == "release":
+        return
+    holding = ctypes.PyDLL(lib._name, handle=lib._handle)
+    for name in _QUICK_CALLS:
+        released = getattr(lib, name)
+        held = getattr(holding, name)
+        held.argtypes, held.restype = released.argtypes, released.restype
+        setattr(lib, name, held)
 
 
 def _driver() -> ctypes.CDLL:
@@ -245,6 +284,7 @@ def _driver() -> ctypes.CDLL:
                     entry.restype = ctypes.c_int
             except AttributeError as error:  # a driver older than cuMemAllocAsync (11.2)
                 raise CudaError(_NO_DRIVER, "dlsym", text=f"{name} is too old: {error}") from None
+            _hold_gil_in_quick_calls(lib)
             _lib = lib
             return lib
         raise CudaError(
