@@ -308,6 +308,53 @@ def test_buffer_pool_serves_nearby_sizes_from_one_buffer():
     assert pool.acquire((4 << 20) - 7) is first and pool.allocated == 1
 
 
+def test_buffer_pool_allocates_and_frees_outside_its_lock():
+    """Pinning takes milliseconds: a thread giving a buffer back must not wait for it."""
+    import threading
+    from types import SimpleNamespace
+
+    def lock_free() -> bool:
+        """Whether another thread can take the pool's lock right now."""
+        free = []
+
+        def probe() -> None:
+            took = pool._cond.acquire(blocking=False)
+            if took:
+                pool._cond.release()
+            free.append(took)
+
+        thread = threading.Thread(target=probe)
+        thread.start()
+        thread.join()
+        return free[0]
+
+    seen = []
+
+    def allocate(nbytes: int):
+        seen.append(("allocate", lock_free()))
+        return SimpleNamespace(nbytes=nbytes)
+
+    def dispose(buffer) -> None:
+        seen.append(("dispose", lock_free()))
+
+    pool = BufferPool(100, pin=False, granule=1, allocate=allocate, dispose=dispose)
+    small = pool.acquire(60)
+    pool.release(small)
+    big = pool.acquire(90)  # no room beside the free 60: it is dropped, then 90 allocated
+    assert big.nbytes == 90 and pool.allocated == 2
+    assert seen == [("allocate", True), ("dispose", True), ("allocate", True)]
+
+
+def test_buffer_pool_gives_back_the_room_of_a_failed_allocation():
+    def allocate(nbytes: int):
+        raise MemoryError("pinned memory")
+
+    pool = BufferPool(100, pin=False, granule=1, allocate=allocate)
+    with pytest.raises(MemoryError):
+        pool.acquire(60)
+    assert pool._held == 0 and pool._out == 0 and pool.allocated == 0
+
+
 def test_byte_budget_lets_one_oversized_request_through():
     budget = ByteBudget(10)
     assert budget.take(50)  # alone: allowed

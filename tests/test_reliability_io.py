@@ -477,3 +477,24 @@ def test_final_clean_up_waits_for_a_write_in_progress(tmp_path: Path, fresh_atom
         atomic.commit = original
     assert not any(TEMP in p.name for p in tmp_path.iterdir())
     assert (tmp_path / "slow.png").read_bytes() == b"late"
+
+
+@pytest.mark.parametrize("kind", ["bytes", "empty", "uint16 array", "2-D view"])
+def test_write_bytes_atomic_writes_every_byte_of_any_buffer(tmp_path, kind):
+    """os.write underneath: multi-byte items and 2-D buffers are written as their bytes."""
+    import numpy as np
+
+    from imgops.io.atomic import write_bytes_atomic
+
+    array = np.arange(3 * 70001, dtype=np.uint16).reshape(3, 70001)
+    data = {
+        "bytes": array.tobytes(),
+        "empty": b"",
+        "uint16 array": memoryview(array.reshape(-1)),
+        "2-D view": memoryview(array),
+    }[kind]
+    target = tmp_path / "out.bin"
+    expected = bytes(memoryview(data).cast("B")) if kind != "bytes" else data
+    assert write_bytes_atomic(target, data, overwrite=False) == len(expected)
+    assert target.read_bytes() == expected
+    assert [p.name for p in tmp_path.iterdir()] == ["out.bin"]  # no temporary left

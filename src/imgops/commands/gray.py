@@ -304,6 +304,7 @@ def _discard_prestarted() -> None:
 def _run(plan, report, settings, verbose: bool, scheduler: str | None = None):
     """Runs the batch with a progress bar (here, or on the Dask cluster `scheduler` names);
     Ctrl-C prints what was done and exits 130."""
+    from ..engine.switching import batch_switch_interval
     from ..io.atomic import remove_pending_temporaries
     from ..io.images import quiet_opencv
 
@@ -315,7 +316,7 @@ def _run(plan, report, settings, verbose: bool, scheduler: str | None = None):
             stdin_data = stream.read()
     unavailable = _gpu_decoder_unavailable()
     try:
-        with report.progress("gray", total=len(plan.tasks)) as advance:
+        with batch_switch_interval(), report.progress("gray", total=len(plan.tasks)) as advance:
             if scheduler is not None:
                 return _run_on_cluster(plan, report, settings, scheduler, advance)
             return run_plan(plan, report, settings, stdin_data=stdin_data, advance=advance)

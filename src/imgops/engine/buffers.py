@@ -85,30 +85,50 @@ class BufferPool:
         return torch.empty(nbytes, dtype=torch.uint8, pin_memory=self._pin)
 
     def acquire(self, nbytes: int) -> Any:
-        """A buffer of at least `nbytes` bytes (blocks when the pool is full)."""
+        """A buffer of at least `nbytes` bytes (blocks when the pool is full).
+
+        New buffers are allocated, and dropped ones freed, outside the pool's lock: pinning
+        takes milliseconds, and the encode threads giving buffers back must not wait for it
+        (on the H100 host the device thread spent half its time waiting for this lock)."""
+        dropped: list[Any] = []
+        try:
+            with self._cond:
+                while True:
+                    fits = [i for i, b in enumerate(self._free) if b.nbytes >= nbytes]
+                    if fits:  # (indices: `list.remove` would compare tensors by value)
+                        best = min(fits, key=lambda i: self._free[i].nbytes)
+                        self._out += 1
+                        return self._free.pop(best)
+                    size = _granule_up(nbytes, self._granule)
+                    if self._held + size <= self.limit or self._out == 0 and not self._free:
+                        self._held += size  # reserved; allocated below, unlocked
+                        self.peak_bytes = max(self.peak_bytes, self._held)
+                        self._out += 1
+                        break
+                    if self._free:  # none fits and no room: drop the smallest free one
+                        smallest = min(range(len(self._free)), key=lambda i: self._free[i].nbytes)
+                        dropped.append(self._free.pop(smallest))
+                        self._held -= dropped[-1].nbytes
+                        continue
+                    self._cond.wait(0.1)
+        finally:
+            self._dispose_all(dropped)
+        try:
+            buffer = self._allocate(size)
+        except BaseException:
+            with self._cond:
+                self._held -= size
+                self._out -= 1
+                self._cond.notify_all()
+            raise
         with self._cond:
-            while True:
-                fits = [i for i, b in enumerate(self._free) if b.nbytes >= nbytes]
-                if fits:  # (indices: `list.remove` would compare tensors by value)
-                    best = min(fits, key=lambda i: self._free[i].nbytes)
-                    self._out += 1
-                    return self._free.pop(best)
-                size = _granule_up(nbytes, self._granule)
-                if self._held + size <= self.limit or self._out == 0 and not self._free:
-                    buffer = self._allocate(size)
-                    self._held += size
-                    self.peak_bytes = max(self.peak_bytes, self._held)
-                    self.allocated += 1
-                    self._out += 1
-                    return buffer
-                if self._free:  # none fits and no room: drop the smallest free one
-                    smallest = min(range(len(self._free)), key=lambda i: self._free[i].nbytes)
-                    dropped = self._free.pop(smallest)
-                    self._held -= dropped.nbytes
-                    if self._dispose is not None:
-                        self._dispose(dropped)
-                    continue
-                self._cond.wait(0.1)
+            self.allocated += 1
+        return buffer
+
+    def _dispose_all(self, buffers: list[Any]) -> None:
+        if self._dispose is not None:
+            for buffer in buffers:
+                self._dispose(buffer)
 
     def release(self, buffer: Any) -> None:
         """Gives a buffer back for reuse."""
