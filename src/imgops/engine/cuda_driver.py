@@ -470,7 +470,8 @@ class Device:
 
     def copy_to_host(self, dst: int, src: int, nbytes: int, stream: Stream) -> None:
         """Queues a copy of nbytes from device address src to host address dst on `stream`
-        (cuMemcpyDtoHAsync; asynchronous only into pinned memory)."""
+        (cuMemcpyDtoHAsync; asynchronous only into pinned memory). The call keeps the GIL
+        (_QUICK_CALLS): into pageable memory it would hold it for the whole copy."""
         if nbytes <= 0:
             return
         self.make_current()
@@ -498,7 +499,8 @@ class Device:
 
     def copy_to_device(self, dst: int, src: int, nbytes: int, stream: Stream) -> None:
         """Queues a copy of nbytes from host address src to device address dst on `stream`
-        (cuMemcpyHtoDAsync; asynchronous only from pinned memory)."""
+        (cuMemcpyHtoDAsync; asynchronous only from pinned memory). The call keeps the GIL
+        (_QUICK_CALLS): from pageable memory it would hold it for the whole copy."""
         if nbytes <= 0:
             return
         self.make_current()
