@@ -382,6 +382,26 @@ def test_out_of_device_memory_converts_the_batch_on_the_cpu(tmp_path: Path, fake
     assert FakeDevice.instances[-1].blocks == {}
 
 
+@pytest.mark.parametrize("fail_at", range(2, 10))
+def test_out_of_device_memory_anywhere_in_a_batch_gives_its_pinned_buffers_back(
+    tmp_path: Path, fake_driver, fail_at: int
+):
+    """Whichever allocation of the batch runs out (the op's output, a filtered-rows buffer of
+    a later image), the pinned buffers the batch took are back in the pool afterwards and
+    every file is written, the same bytes as on the CPU."""
+    FakeDevice.fail_alloc_at = fail_at
+    paths = JPEGS * 2
+    engine = _engine(PipelineSettings(device="cuda", jobs=2, batch_size=4), FakeDecoder())
+    _wait_for_stage(engine)
+    results = _run(engine, paths, tmp_path / "dev")
+    expected = _cpu_bytes(paths, tmp_path / "cpu")
+    assert all(r.status == "written" for r in results.values())
+    for name, data in expected.items():
+        assert (tmp_path / "dev" / name).read_bytes() == data, name
+    assert engine.pool is None or engine.pool._out == 0
+    assert FakeDevice.instances[-1].blocks == {}
+
+
 def test_files_take_the_cpu_path_until_the_stage_is_ready(tmp_path: Path, monkeypatch):
     """A stage that cannot start (no GPU) is fatal only for device work: files that arrive
     while it starts take the CPU path; once it failed, the batch stops with its error."""

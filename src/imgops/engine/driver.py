@@ -98,6 +98,7 @@ class DriverEngine(DeviceEngine):
         if self.filtered and gpu_deflate_wanted():
             self.deflate = device_deflate(self.settings.png_level)
         self.deflate_streams = _deflate_streams()
+        self._taken: list[Any] = []  # (set per batch in _run_batch)
 
     def _run_batch(
         self, stage: DriverStage, batch: list[_Item], images: dict[int, Any]
@@ -106,6 +107,7 @@ class DriverEngine(DeviceEngine):
 
         start = time.perf_counter()
         self._pool_wait = 0.0
+        self._taken = []  # pinned buffers of this batch not yet with an encode thread
         keep: list[Any] = []
         owned: list[int] = []
         live: list[tuple[_Item, DeviceImage]] = []
@@ -129,9 +131,12 @@ class DriverEngine(DeviceEngine):
         except CudaError as error:
             if not error.out_of_memory:
                 raise
-            stage.synchronize()
+            stage.synchronize()  # (copies queued into the pinned buffers have landed)
             for ptr in owned:
                 stage.device.free(ptr, stage.stream)
+            for buffer in self._taken:
+                self.pool.release(buffer)  # type: ignore[union-attr]
+            self._taken = []
             self._batch_to_cpu(batch)
             return None, []
         self.phases.add("device.run", time.perf_counter() - start - self._pool_wait)
@@ -188,6 +193,7 @@ class DriverEngine(DeviceEngine):
             stage.device.free(ptr, stage.stream)
         owned.clear()
         share = seconds / len(live)
+        self._taken = []  # from here on each buffer is its encode thread's to give back
         for item, buffer, host, jpeg in copies:
             item.result.seconds["device"] = share
             self.encoders.submit(self._finish, item, event, buffer, host, jpeg)
@@ -197,6 +203,7 @@ class DriverEngine(DeviceEngine):
         """A pinned buffer of at least nbytes from the pool (the wait is timed)."""
         waited = time.perf_counter()
         buffer = self.pool.acquire(nbytes)  # type: ignore[union-attr]
+        self._taken.append(buffer)
         waited = time.perf_counter() - waited
         self._pool_wait += waited
         self.phases.add("device.wait_pool", waited)
