@@ -367,18 +367,23 @@ def test_driver_engine_other_formats_come_back_as_pixels(tmp_path: Path, fake_dr
         assert np.array_equal(got, want), name
 
 
+def _assert_written_as_on_the_cpu(results, paths, tmp_path: Path) -> None:
+    """Every file written, each with the bytes of the CPU path."""
+    expected = _cpu_bytes(paths, tmp_path / "cpu")
+    assert all(r.status == "written" for r in results.values())
+    for name, data in expected.items():
+        assert (tmp_path / "dev" / name).read_bytes() == data, name
+
+
 def test_out_of_device_memory_converts_the_batch_on_the_cpu(tmp_path: Path, fake_driver):
     FakeDevice.fail_alloc_at = 2
     paths = JPEGS * 3
     engine = _engine(PipelineSettings(device="cuda", jobs=2, batch_size=3), FakeDecoder())
     _wait_for_stage(engine)
     results = _run(engine, paths, tmp_path / "dev")
-    expected = _cpu_bytes(paths, tmp_path / "cpu")
-    assert all(r.status == "written" for r in results.values())
+    _assert_written_as_on_the_cpu(results, paths, tmp_path)
     notes = [r.note for r in results.values() if r.note]
     assert any("out of GPU memory" in n for n in notes)
-    for name, data in expected.items():
-        assert (tmp_path / "dev" / name).read_bytes() == data, name
     assert FakeDevice.instances[-1].blocks == {}
 
 
@@ -394,10 +399,7 @@ def test_out_of_device_memory_anywhere_in_a_batch_gives_its_pinned_buffers_back(
     engine = _engine(PipelineSettings(device="cuda", jobs=2, batch_size=4), FakeDecoder())
     _wait_for_stage(engine)
     results = _run(engine, paths, tmp_path / "dev")
-    expected = _cpu_bytes(paths, tmp_path / "cpu")
-    assert all(r.status == "written" for r in results.values())
-    for name, data in expected.items():
-        assert (tmp_path / "dev" / name).read_bytes() == data, name
+    _assert_written_as_on_the_cpu(results, paths, tmp_path)
     assert engine.pool is None or engine.pool._out == 0
     assert FakeDevice.instances[-1].blocks == {}
 

@@ -3,10 +3,12 @@
 A batch runs 30-odd Python threads (prep, decode, device, encode) that mostly wait in C
 (file I/O, codecs, CUDA calls) and need the GIL back for a few microseconds after each wait.
 With CPython's default interval (5 ms) a thread returning from C waits up to that long for a
-thread that holds the GIL to let go; on the H100 host (16 cores, 3200 photos on CUDA) a 1 ms
-interval cut the wall from 4.88 s to 4.16-4.62 s (two runs), and the CPU path did not change
-(1.86 vs 1.80 s for 800 photos). Only the command line sets it (a process of its own):
-library callers keep theirs.
+thread that holds the GIL to let go. On H100 hosts (16 cores), set through a wrapper, a 1 ms
+interval cut 3200 photos on CUDA from 4.88 s to 4.16-4.62 s (two runs); in code, together
+with the pool and write changes of the same commit, 800 photos went from 3.35-3.62 s to
+2.79-2.87 s while 3200 did not change; the CPU path did not change either way
+(docs/BENCHMARKS.md). Only the command line sets it (a process of its own): library callers
+keep theirs.
 """
 
 from __future__ import annotations
