@@ -445,10 +445,15 @@ def test_final_clean_up_leaves_other_processes_temporaries(tmp_path: Path, fresh
         temp.write_bytes(b"x")
 
 
-def test_final_clean_up_waits_for_a_write_in_progress(tmp_path: Path, fresh_atomic_state):
+@pytest.mark.parametrize("writer", ["python", "native"])
+def test_final_clean_up_waits_for_a_write_in_progress(
+    tmp_path: Path, monkeypatch, fresh_atomic_state, writer: str
+):
     """A worker that (re)creates its temporary 50 ms after the handler started: the handler
-    waits for the write to end (committed here) instead of racing it; nothing is left."""
+    waits for the write to end (committed here) instead of racing it; nothing is left. Both
+    writers: the os-level one, and the native call that writes and commits in one go."""
     import threading
+    import types
 
     entered = threading.Event()
 
@@ -456,25 +461,36 @@ def test_final_clean_up_waits_for_a_write_in_progress(tmp_path: Path, fresh_atom
         with contextlib.suppress(OSError):
             atomic.write_bytes_atomic(tmp_path / "slow.png", b"late", overwrite=False)
 
-    original = atomic.commit
+    if writer == "python":
+        monkeypatch.setattr(atomic, "cli_kernels", lambda: None)
+        original = atomic.commit
 
-    def slow_commit(temp, target, **options):
-        entered.set()
-        time.sleep(0.05)
-        temp.write_bytes(b"late")  # what a writer still inside its block may do
-        original(temp, target, **options)
+        def slow_commit(temp, target, **options):
+            entered.set()
+            time.sleep(0.05)
+            temp.write_bytes(b"late")  # what a writer still inside its block may do
+            original(temp, target, **options)
 
-    atomic.commit = slow_commit
-    try:
-        thread = threading.Thread(target=worker)
-        thread.start()
-        assert entered.wait(5)
-        atomic.remove_pending_temporaries(final=True)
-        # The process exits right here: the write must be over by now, or its file outlives it.
-        assert not thread.is_alive()
-        thread.join(5)
-    finally:
-        atomic.commit = original
+        monkeypatch.setattr(atomic, "commit", slow_commit)
+    else:
+        kernels = atomic.cli_kernels()
+        if kernels is None:
+            pytest.skip("imgops._cli_kernels was not built")
+
+        def slow_native(*args):
+            entered.set()
+            time.sleep(0.05)
+            return kernels.write_file_atomic(*args)
+
+        fake = types.SimpleNamespace(write_file_atomic=slow_native)
+        monkeypatch.setattr(atomic, "cli_kernels", lambda: fake)
+    thread = threading.Thread(target=worker)
+    thread.start()
+    assert entered.wait(5)
+    atomic.remove_pending_temporaries(final=True)
+    # The process exits right here: the write must be over by now, or its file outlives it.
+    assert not thread.is_alive()
+    thread.join(5)
     assert not any(TEMP in p.name for p in tmp_path.iterdir())
     assert (tmp_path / "slow.png").read_bytes() == b"late"
 

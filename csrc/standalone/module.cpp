@@ -13,13 +13,16 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
+#include <chrono>
 #include <cstdint>
+#include <memory>
 #include <new>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "../cpu/gray_span.h"
+#include "file_write.h"
 #include "png_deflate_emulated.h"
 #include "png_encode.h"
 #include "png_filter.h"
@@ -181,6 +184,143 @@ PyObject* png_encode(PyObject* /*self*/, PyObject* args) {
   return result;
 }
 
+// A file path argument as bytes (PyUnicode_FSConverter), kept with the object it came from.
+struct PathArg {
+  PyObject* given = nullptr;  // borrowed: the caller's str/bytes/PathLike
+  PyObject* encoded = nullptr;  // owned: bytes
+  ~PathArg() { Py_XDECREF(encoded); }
+  const char* c_str() const { return PyBytes_AS_STRING(encoded); }
+};
+
+int convert_path(PyObject* object, void* address) {
+  auto* path = static_cast<PathArg*>(address);
+  path->given = object;
+  return PyUnicode_FSConverter(object, &path->encoded) ? 1 : 0;
+}
+
+// OSError (its subclass by errno: FileExistsError for EEXIST, ...) naming the path it was
+// about; nullptr for the Python caller to return.
+PyObject* raise_write_error(const imgops::files::WriteError& error, const PathArg& temp,
+                            const PathArg& target) {
+  errno = error.code;
+  PyObject* name = error.about == imgops::files::About::kTemporary ? temp.given : target.given;
+  return PyErr_SetFromErrnoWithFilenameObject(PyExc_OSError, name);
+}
+
+PyObject* write_file_atomic(PyObject* /*self*/, PyObject* args) {
+  Py_buffer data;
+  PathArg temp;
+  PathArg target;
+  int overwrite = 0;
+  int durable = 1;
+  if (!PyArg_ParseTuple(args, "y*O&O&pp:write_file_atomic", &data, convert_path, &temp,
+                        convert_path, &target, &overwrite, &durable)) {
+    return nullptr;
+  }
+  imgops::files::WriteError error;
+  const std::string temp_path = temp.c_str();
+  const std::string target_path = target.c_str();
+  Py_BEGIN_ALLOW_THREADS;
+  error = imgops::files::write_file_atomic(static_cast<const uint8_t*>(data.buf),
+                                           static_cast<size_t>(data.len), temp_path,
+                                           target_path, overwrite != 0, durable != 0);
+  Py_END_ALLOW_THREADS;
+  const Py_ssize_t size = data.len;
+  PyBuffer_Release(&data);
+  if (error.code != 0) return raise_write_error(error, temp, target);
+  return PyLong_FromSsize_t(size);
+}
+
+PyObject* fsync_count(PyObject* /*self*/, PyObject* /*args*/) {
+  return PyLong_FromUnsignedLongLong(imgops::files::fsync_calls.load());
+}
+
+// The calling thread's reused output buffer for png_encode_to_file: pages written once stay
+// mapped, so a batch does not pay the kernel's zeroing of fresh pages for every file. Images
+// whose file may exceed kKeptScratchBytes get a buffer of their own, freed after the call
+// (memory stays bounded: threads x kKeptScratchBytes at most).
+constexpr size_t kKeptScratchBytes = size_t{64} << 20;
+
+uint8_t* scratch_buffer(size_t bytes, std::unique_ptr<uint8_t[]>& once) {
+  thread_local std::unique_ptr<uint8_t[]> kept;
+  thread_local size_t kept_bytes = 0;
+  if (bytes > kKeptScratchBytes) {
+    once.reset(new uint8_t[bytes]);
+    return once.get();
+  }
+  if (kept_bytes < bytes) {
+    kept.reset();
+    kept_bytes = 0;
+    kept.reset(new uint8_t[bytes]);
+    kept_bytes = bytes;
+  }
+  return kept.get();
+}
+
+PyObject* png_encode_to_file(PyObject* /*self*/, PyObject* args) {
+  Py_buffer pixels;
+  imgops::png::ImageShape shape{};
+  Py_ssize_t width = 0;
+  Py_ssize_t height = 0;
+  Py_ssize_t row_stride = 0;
+  int filter = 0;
+  PathArg temp;
+  PathArg target;
+  int overwrite = 0;
+  int durable = 1;
+  if (!PyArg_ParseTuple(args, "y*nniiniO&O&pp:png_encode_to_file", &pixels, &width, &height,
+                        &shape.channels, &shape.itemsize, &row_stride, &filter, convert_path,
+                        &temp, convert_path, &target, &overwrite, &durable)) {
+    return nullptr;
+  }
+  shape.width = width;
+  shape.height = height;
+  const char* problem = check_png_shape(shape);
+  if (problem == nullptr) {
+    if (filter < imgops::png::kAdaptive || filter > imgops::png::kPaeth) {
+      problem = "filter must be -1..4";
+    } else if (row_stride < shape.row_bytes() ||
+               pixels.len < (shape.height - 1) * row_stride + shape.row_bytes()) {
+      problem = "the buffer is smaller than height rows of row_stride bytes";
+    } else if (shape.itemsize == 2 && reinterpret_cast<uintptr_t>(pixels.buf) % 2 != 0) {
+      problem = "16-bit samples must be aligned";
+    }
+  }
+  if (problem != nullptr) {
+    PyBuffer_Release(&pixels);
+    PyErr_SetString(PyExc_ValueError, problem);
+    return nullptr;
+  }
+  const auto* data = static_cast<const uint8_t*>(pixels.buf);
+  const std::string temp_path = temp.c_str();
+  const std::string target_path = target.c_str();
+  imgops::files::WriteError error;
+  size_t size = 0;
+  bool no_memory = false;
+  double encode_seconds = 0.0;
+  double write_seconds = 0.0;
+  Py_BEGIN_ALLOW_THREADS;
+  try {
+    using Clock = std::chrono::steady_clock;
+    const auto start = Clock::now();
+    std::unique_ptr<uint8_t[]> once;
+    uint8_t* out = scratch_buffer(imgops::png::max_png_bytes(shape), once);
+    size = imgops::png::encode_image(shape, data, row_stride, filter, out);
+    const auto encoded = Clock::now();
+    error = imgops::files::write_file_atomic(out, size, temp_path, target_path, overwrite != 0,
+                                             durable != 0);
+    encode_seconds = std::chrono::duration<double>(encoded - start).count();
+    write_seconds = std::chrono::duration<double>(Clock::now() - encoded).count();
+  } catch (const std::bad_alloc&) {
+    no_memory = true;
+  }
+  Py_END_ALLOW_THREADS;
+  PyBuffer_Release(&pixels);
+  if (no_memory) return PyErr_NoMemory();
+  if (error.code != 0) return raise_write_error(error, temp, target);
+  return Py_BuildValue("(ndd)", static_cast<Py_ssize_t>(size), encode_seconds, write_seconds);
+}
+
 // The arguments (rows, width, height, channels, itemsize) of the encoders of filtered rows, and
 // the PNG file that encode(shape, rows, out) writes; RuntimeError with the message of a
 // std::logic_error it throws (the emulated GPU deflate's checks).
@@ -322,6 +462,17 @@ PyMethodDef methods[] = {
      "png_finish_zlib(buffer, zlib_bytes, width, height, channels, itemsize) -> int: writes the\n"
      "PNG file in place around the zlib stream at buffer[PNG_HEAD_BYTES:]: the signature,\n"
      "IHDR, IDAT chunk headers and CRCs, IEND; returns the file's length. Releases the GIL."},
+    {"write_file_atomic", write_file_atomic, METH_VARARGS,
+     "write_file_atomic(data, temp, target, overwrite, durable) -> int: writes data to the new\n"
+     "file temp, then makes it target (never replacing one without overwrite: FileExistsError),\n"
+     "with fsync of the file and its folder if durable; the temporary is removed on any error\n"
+     "(OSError naming target or temp). Releases the GIL for all of it."},
+    {"png_encode_to_file", png_encode_to_file, METH_VARARGS,
+     "png_encode_to_file(pixels, width, height, channels, itemsize, row_stride, filter, temp,\n"
+     "target, overwrite, durable) -> (bytes, encode_seconds, write_seconds): png_encode's file,\n"
+     "encoded into a buffer the calling thread reuses and written as write_file_atomic writes."},
+    {"fsync_count", fsync_count, METH_NOARGS,
+     "fsync_count() -> int: fsync calls the native writers made in this process (tests)."},
     {"checksums", checksums, METH_VARARGS,
      "checksums(data) -> (crc32, adler32, adler32 of the scalar loop, crc32 of the table loop),\n"
      "for tests."},

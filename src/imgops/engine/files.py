@@ -9,6 +9,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 
@@ -16,6 +17,8 @@ from ..io.atomic import OutputExistsError, write_bytes_atomic
 from ..io.images import ImageDecodeError, ImageEncodeError, encode_image
 from ..io.inputs import read_input_bytes, write_stream
 from .types import Job, JobResult, PipelineSettings
+
+_T = TypeVar("_T")
 
 
 class FatalError(Exception):
@@ -124,10 +127,47 @@ class Writer:
             with self._stdout_lock:
                 write_stream(settings.stdout, encoded)
             return
-        try:
-            write_bytes_atomic(
+        self._named(
+            target,
+            lambda: write_bytes_atomic(
                 target, encoded, overwrite=settings.overwrite, durable=settings.durable
-            )
+            ),
+        )
+
+    def encode_and_write(
+        self, target: Path | None, array: np.ndarray, channel_order: str | None
+    ) -> tuple[int, float, float] | None:
+        """Encodes a PNG output straight into its file in one native call (the GIL released,
+        the thread's output buffer reused: imgops.io.png.write_png_atomic); returns (bytes,
+        encode seconds, write seconds), or None where that does not serve this output (another
+        format or level, stdout, no compiled module): then encode_host and write."""
+        settings = self._settings
+        if target is None or settings.fmt != "png" or array.dtype not in (np.uint8, np.uint16):
+            return None
+        if array.ndim == 3 and array.shape[2] == 3:
+            rgb = array if channel_order == "rgb" else array[..., ::-1]
+        elif array.ndim == 2:
+            rgb = array
+        else:
+            return None
+        from ..io.png import write_png_atomic
+
+        return self._named(
+            target,
+            lambda: write_png_atomic(
+                target,
+                rgb,
+                level=settings.png_level,
+                overwrite=settings.overwrite,
+                durable=settings.durable,
+            ),
+        )
+
+    @staticmethod
+    def _named(target: Path, write: Callable[[], _T]) -> _T:
+        """write(); an OSError of it names the target (never the temporary file)."""
+        try:
+            return write()
         except OutputExistsError:
             raise
         except OSError as error:

@@ -62,6 +62,10 @@ class HostWorker:
         out = self.op.cpu(image.pixels, image.channel_order)
         now = time.perf_counter()
         seconds["convert"], start = now - start, now
+        direct = self.writer.encode_and_write(result.job.target, out, image.channel_order)
+        if direct is not None:  # one native call: encoded into the file
+            result.bytes_written, seconds["encode"], seconds["write"] = direct
+            return
         encoded = encode_host(out, image.channel_order, settings)
         now = time.perf_counter()
         seconds["encode"], start = now - start, now

@@ -46,6 +46,7 @@ __all__ = [
     "filter_code_for",
     "iter_png_chunks",
     "write_png",
+    "write_png_atomic",
 ]
 
 DEFAULT_LEVEL = 2
@@ -338,6 +339,54 @@ def iter_png_chunks(image: np.ndarray, *, level: int = DEFAULT_LEVEL) -> Iterato
     mode = _plan(level)[0]
     yield from _idat_chunks(_compressed(_filtered_strips(image, mode), level))
     yield _chunk(b"IEND", b"")
+
+
+def write_png_atomic(
+    target: str | os.PathLike[str],
+    image: np.ndarray,
+    *,
+    level: int = DEFAULT_LEVEL,
+    overwrite: bool,
+    durable: bool = True,
+) -> tuple[int, float, float] | None:
+    """Encodes `image` (as encode_png) straight into `target`, atomically as
+    imgops.io.atomic.write_bytes_atomic writes: one native call encodes into a buffer the
+    calling thread reuses and writes, syncs and commits the file, the GIL released throughout.
+    Returns (bytes, encode seconds, write seconds), or None where that call does not serve
+    `level` (or imgops._cli_kernels is missing): then encode and write as usual.
+
+    Raises:
+        OutputExistsError: `target` exists and `overwrite` is false.
+        OSError: the write failed (the temporary file is removed).
+    """
+    from .atomic import native_write, tracked_temporary
+
+    kernels = cli_kernels()
+    if kernels is None or not hasattr(kernels, "png_encode_to_file"):
+        return None
+    height, width, channels, _ = _check_image(image)
+    _check_level(level)
+    if not _uses_row_deflate(level):
+        return None
+    pixels = np.ascontiguousarray(image)
+    row_bytes = width * channels * pixels.itemsize
+    path = os.fspath(target)
+    with tracked_temporary(path, overwrite=overwrite, check=False) as temp:
+        return native_write(
+            kernels.png_encode_to_file,
+            path,
+            pixels,
+            width,
+            height,
+            channels,
+            pixels.itemsize,
+            row_bytes,
+            _FILTER_PAETH,
+            str(temp),
+            path,
+            overwrite,
+            durable,
+        )
 
 
 def encode_png_filtered(
