@@ -137,6 +137,10 @@ def test_read_input_bytes_reads_exactly_and_refuses_non_files(tmp_path: Path):
 
 
 def test_read_input_bytes_notices_a_file_that_grows_or_shrinks(tmp_path: Path, monkeypatch):
+    """The Python reader (os.fstat faked); the native one below."""
+    from imgops.io import inputs
+
+    monkeypatch.setattr(inputs, "cli_kernels", lambda: None)
     path = tmp_path / "a.bin"
     path.write_bytes(b"x" * 1000)
     real_fstat = os.fstat
@@ -155,6 +159,29 @@ def test_read_input_bytes_notices_a_file_that_grows_or_shrinks(tmp_path: Path, m
     monkeypatch.setattr(os, "fstat", fstat_saying(1400))  # shrank after fstat
     with pytest.raises(OSError, match="shrank while being read"):
         read_input_bytes(path)
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="needs Linux /proc")
+def test_native_read_notices_a_file_longer_than_its_stat(tmp_path: Path):
+    """/proc files say size 0 and hold more: the native reader's check after the last read
+    catches it (a file that grew), as the Python reader's does."""
+    from imgops.io import inputs
+
+    if not hasattr(inputs.cli_kernels(), "read_file"):
+        pytest.skip("imgops._cli_kernels was not built")
+    with pytest.raises(OSError, match="grew while being read"):
+        read_input_bytes("/proc/self/status")
+    path = tmp_path / "b.bin"
+    path.write_bytes(b"abc" * 5000)
+    assert read_input_bytes(path) == b"abc" * 5000
+    with pytest.raises(OSError, match="over imgops' limit") as caught:
+        read_input_bytes(path, max_bytes=100)
+    assert caught.value.filename == str(path)
+    with pytest.raises(IsADirectoryError, match="is a directory"):
+        read_input_bytes(tmp_path)
+    with pytest.raises(FileNotFoundError) as caught:
+        read_input_bytes(tmp_path / "missing")
+    assert caught.value.filename == str(tmp_path / "missing")
 
 
 def test_check_input_names_every_kind_of_non_file(tmp_path: Path):

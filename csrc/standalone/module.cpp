@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "../cpu/gray_span.h"
+#include "file_read.h"
 #include "file_write.h"
 #include "png_deflate_emulated.h"
 #include "png_encode.h"
@@ -229,6 +230,54 @@ PyObject* write_file_atomic(PyObject* /*self*/, PyObject* args) {
   PyBuffer_Release(&data);
   if (error.code != 0) return raise_write_error(error, temp, target);
   return PyLong_FromSsize_t(size);
+}
+
+// read_file(path, limit) -> bytes, or a tuple saying why not, for the caller to word:
+// ("not regular", st_mode), ("too large", size), ("shrank", got, size), ("grew", size).
+// OSError (naming path) for a failed open, fstat or read.
+PyObject* read_file(PyObject* /*self*/, PyObject* args) {
+  PathArg path;
+  unsigned long long limit = 0;
+  if (!PyArg_ParseTuple(args, "O&K:read_file", convert_path, &path, &limit)) return nullptr;
+  imgops::files::Opened opened;
+  Py_BEGIN_ALLOW_THREADS;
+  opened = imgops::files::open_input(path.c_str());
+  Py_END_ALLOW_THREADS;
+  if (opened.fd < 0) {
+    errno = opened.error;
+    return PyErr_SetFromErrnoWithFilenameObject(PyExc_OSError, path.given);
+  }
+  const int fd = opened.fd;
+  if (!S_ISREG(opened.mode) || opened.size > limit ||
+      opened.size > static_cast<uint64_t>(PY_SSIZE_T_MAX)) {
+    ::close(fd);
+    if (!S_ISREG(opened.mode)) {
+      return Py_BuildValue("(sk)", "not regular", static_cast<unsigned long>(opened.mode));
+    }
+    return Py_BuildValue("(sK)", "too large", static_cast<unsigned long long>(opened.size));
+  }
+  PyObject* data = PyBytes_FromStringAndSize(nullptr, static_cast<Py_ssize_t>(opened.size));
+  if (data == nullptr) {
+    ::close(fd);
+    return nullptr;
+  }
+  auto* out = reinterpret_cast<uint8_t*>(PyBytes_AS_STRING(data));
+  uint64_t done = 0;
+  int error = 0;
+  imgops::files::ReadOutcome outcome;
+  Py_BEGIN_ALLOW_THREADS;
+  outcome = imgops::files::read_opened(fd, out, opened.size, &done, &error);
+  Py_END_ALLOW_THREADS;
+  using imgops::files::ReadOutcome;
+  if (outcome == ReadOutcome::kRead) return data;
+  Py_DECREF(data);
+  const auto size = static_cast<unsigned long long>(opened.size);
+  if (outcome == ReadOutcome::kShrank) {
+    return Py_BuildValue("(sKK)", "shrank", static_cast<unsigned long long>(done), size);
+  }
+  if (outcome == ReadOutcome::kGrew) return Py_BuildValue("(sK)", "grew", size);
+  errno = error;
+  return PyErr_SetFromErrnoWithFilenameObject(PyExc_OSError, path.given);
 }
 
 PyObject* fsync_count(PyObject* /*self*/, PyObject* /*args*/) {
@@ -471,6 +520,10 @@ PyMethodDef methods[] = {
      "png_encode_to_file(pixels, width, height, channels, itemsize, row_stride, filter, temp,\n"
      "target, overwrite, durable) -> (bytes, encode_seconds, write_seconds): png_encode's file,\n"
      "encoded into a buffer the calling thread reuses and written as write_file_atomic writes."},
+    {"read_file", read_file, METH_VARARGS,
+     "read_file(path, limit) -> bytes, or why not: ('not regular', st_mode), ('too large',\n"
+     "size), ('shrank', got, size), ('grew', size). Opens without blocking; OSError naming\n"
+     "path for a failed open or read. Releases the GIL for the system calls."},
     {"fsync_count", fsync_count, METH_NOARGS,
      "fsync_count() -> int: fsync calls the native writers made in this process (tests)."},
     {"checksums", checksums, METH_VARARGS,
