@@ -304,10 +304,12 @@ def _discard_prestarted() -> None:
 def _run(plan, report, settings, verbose: bool, scheduler: str | None = None):
     """Runs the batch with a progress bar (here, or on the Dask cluster `scheduler` names);
     Ctrl-C prints what was done and exits 130."""
+    from ..engine.allocator import retain_freed_memory
     from ..engine.switching import batch_switch_interval
     from ..io.atomic import remove_pending_temporaries
     from ..io.images import quiet_opencv
 
+    retain_freed_memory()  # this process's malloc keeps freed pages for the next file
     if not verbose:
         quiet_opencv()
     stdin_data = None
