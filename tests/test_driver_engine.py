@@ -447,6 +447,48 @@ def test_a_decoder_that_cannot_start_leaves_every_file_to_the_cpu(tmp_path: Path
         assert (tmp_path / "dev" / name).read_bytes() == data
 
 
+@pytest.mark.parametrize("mode", ["parallel", "serial"])
+def test_the_decoder_is_made_beside_the_context_or_after_it(monkeypatch, mode):
+    """IMGOPS_STAGE_START=parallel makes nvImageCodec's decoder in a thread of its own while
+    the stage's thread makes the context; serial, after it. Either way the stage ends with
+    both, and a decoder that cannot start leaves the CPU to decode (said in decoder_problem)."""
+    import threading
+
+    from imgops.engine.driver_stage import DriverStage
+    from imgops.io.gpu_decode import GpuDecoderUnavailable
+
+    monkeypatch.setenv("IMGOPS_STAGE_START", mode)
+    release = threading.Event()
+    _slow_stage(monkeypatch, release)
+    made = threading.Event()
+    decoder = FakeDecoder()
+
+    def factory():
+        made.set()
+        return decoder
+
+    stage = DriverStage(0, factory)
+    assert made.wait(0.5) == (mode == "parallel")  # the context is still held back
+    release.set()
+    assert stage.future.result(timeout=20) is stage and stage.decoder is decoder
+    stage.close()
+
+    def refused():
+        raise GpuDecoderUnavailable("no decoder here")
+
+    stage = DriverStage(0, refused)
+    assert stage.future.result(timeout=20).decoder is None
+    assert stage.decoder_problem == "no decoder here"
+    stage.close()
+
+    def broken():
+        raise RuntimeError("broken factory")
+
+    stage = DriverStage(0, broken)
+    with pytest.raises(RuntimeError, match="broken factory"):
+        stage.future.result(timeout=20)
+
+
 def test_device_image_reads_pitch_and_channels():
     rgb = np.zeros((4, 10), np.uint8)[:, :9].reshape(4, 3, 3)
     image = device_image(rgb)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ctypes
 import io
+import os
 import shutil
 import subprocess
 import threading
@@ -305,3 +306,27 @@ def test_accept_from_many_threads_at_once(tmp_path: Path, decoder):
     assert all(alone[name] == got for name, got in together)
     batch = [decoder.accept(files[name], 1 << 28) for name in sorted(files) if alone[name]]
     assert all(image is not None for image in decoder.decode(batch))
+
+
+def test_the_gpu_decoder_loads_the_extensions_it_is_told(monkeypatch, tmp_path):
+    """IMGOPS_NVIMGCODEC_EXTENSIONS picks the extensions a GPU decoder's instance loads, through
+    a temporary folder of links that is removed once the instance has loaded them."""
+    from imgops.io import nvimgcodec_c as c
+
+    monkeypatch.delenv("IMGOPS_NVIMGCODEC_EXTENSIONS", raising=False)
+    assert c.gpu_extensions() is None  # every installed extension
+    monkeypatch.setenv("IMGOPS_NVIMGCODEC_EXTENSIONS", " nvjpeg, jpeg_turbo ")
+    assert c.gpu_extensions() == ("nvjpeg", "jpeg_turbo")
+    monkeypatch.setenv("IMGOPS_NVIMGCODEC_EXTENSIONS", "all")
+    assert c.gpu_extensions() is None
+    real = tmp_path / "extensions"
+    real.mkdir()
+    for name in ("libnvjpeg_ext.so.0.9.0", "libnvjpeg2k_ext.so.0.9.0", "libopencv_ext.so.0.9.0"):
+        (real / name).write_bytes(b"")
+    subset = c._extension_subset(str(real), ("nvjpeg",))
+    linked = sorted(os.listdir(subset))
+    assert linked == ["libnvjpeg_ext.so.0.9.0"]
+    assert os.path.realpath(os.path.join(subset, linked[0])) == str(real / linked[0])
+    with c._removed_after(subset):
+        pass
+    assert not os.path.exists(subset)

@@ -90,6 +90,12 @@ class DriverStage:
 
     def _start(self) -> None:
         try:
+            decoder: Future[Any] | None = None
+            if self._decoder_factory is not None and parallel_start():
+                decoder = Future()  # nvImageCodec's instance starts beside the context
+                threading.Thread(
+                    target=_fill, args=(decoder, self._decoder_factory), name="imgops-gpu-decoder"
+                ).start()
             from . import cuda_driver
 
             self.device = cuda_driver.Device(self.index)
@@ -99,7 +105,8 @@ class DriverStage:
                 from ..io.gpu_decode import GpuDecoderUnavailable
 
                 try:
-                    self.decoder = self._decoder_factory()
+                    made = decoder.result() if decoder is not None else self._decoder_factory()
+                    self.decoder = made
                 except GpuDecoderUnavailable as error:  # decoder "auto": the CPU decodes
                     self.decoder_problem = str(error)
                 if self.decoder is not None:
@@ -177,6 +184,26 @@ class DriverStage:
         pitch = width * channels
         ptr = self.device.alloc(max(1, pitch * height), self.stream)
         return DeviceImage(ptr, width, height, channels, pitch, owned=True)
+
+
+#: How the stage starts: "serial" (the context, the stream and the kernels, then nvImageCodec's
+#: decoder) or "parallel" (the decoder made in a thread of its own meanwhile); both take a good
+#: fraction of a second without the GIL. IMGOPS_STAGE_START overrides it. "parallel" passes the
+#: stand-in driver's tests but has not been measured on a GPU yet, so it is not the default.
+STAGE_START_DEFAULT = "serial"
+
+
+def parallel_start() -> bool:
+    """Whether nvImageCodec's decoder is made beside the context (see STAGE_START_DEFAULT)."""
+    return os.environ.get("IMGOPS_STAGE_START", STAGE_START_DEFAULT).strip() == "parallel"
+
+
+def _fill(future: Future[Any], make: Any) -> None:
+    """future gets make()'s result or its exception."""
+    try:
+        future.set_result(make())
+    except BaseException as error:
+        future.set_exception(error)
 
 
 def prestart(index: int, threads: int) -> DriverStage:

@@ -18,11 +18,12 @@ tests/test_nvimgcodec_c.py checks the layouts against it with a C compiler where
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import importlib.util
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -242,6 +243,46 @@ def library() -> Any:
     return lib
 
 
+#: The extensions a GPU decoder loads (IMGOPS_NVIMGCODEC_EXTENSIONS: "all", or names such as
+#: "nvjpeg,jpeg_turbo"): the engine decodes only baseline JPEGs on the GPU and everything else
+#: with OpenCV, so it needs nvJPEG's extension alone; each other one is created at the
+#: instance's start (nvJPEG 2000's, nvTIFF's, OpenCV's...). Not yet measured on a GPU (whether
+#: the others cost anything there; nvJPEG's own start, with its probes of the hardware encoder
+#: and decoder, is most of it), so every extension is still loaded by default.
+GPU_EXTENSIONS_DEFAULT = "all"
+
+
+def gpu_extensions() -> tuple[str, ...] | None:
+    """The extension names a GPU decoder's instance loads; None: every installed one."""
+    chosen = os.environ.get("IMGOPS_NVIMGCODEC_EXTENSIONS", GPU_EXTENSIONS_DEFAULT).strip()
+    if chosen in ("", "all"):
+        return None
+    return tuple(name.strip() for name in chosen.split(",") if name.strip())
+
+
+def _extension_subset(folder: str, names: tuple[str, ...]) -> str:
+    """A new temporary folder holding links to `folder`'s lib<name>_ext.so* for `names`."""
+    import tempfile
+
+    subset = tempfile.mkdtemp(prefix="imgops-nvimgcodec-")
+    for entry in os.listdir(folder):
+        if any(entry.startswith(f"lib{name}_ext.so") for name in names):
+            os.symlink(os.path.join(folder, entry), os.path.join(subset, entry))
+    return subset
+
+
+@contextlib.contextmanager
+def _removed_after(folder: str | None) -> Iterator[None]:
+    """Removes the temporary folder of links after the block (the libraries stay loaded)."""
+    try:
+        yield
+    finally:
+        if folder is not None:
+            import shutil
+
+            shutil.rmtree(folder, ignore_errors=True)
+
+
 class NvImgCodecError(RuntimeError):
     """A library call failed: `status` is its nvimgcodecStatus_t."""
 
@@ -292,13 +333,16 @@ class CDecoder:
         self._instance = ctypes.c_void_p()
         self._decoder = ctypes.c_void_p()
         root = package_dir()
-        extensions = os.path.join(root, "extensions").encode() if root else None
+        folder = os.path.join(root, "extensions") if root else None
+        only = None if cpu_backend else gpu_extensions()
+        if folder is not None and only is not None:
+            folder = _extension_subset(folder, only)  # removed once the instance loaded them
         info = _new(
             _InstanceCreateInfo,
             _INSTANCE_CREATE_INFO,
             load_builtin_modules=1,
             load_extension_modules=1,
-            extension_modules_path=extensions,
+            extension_modules_path=folder.encode() if folder else None,
         )
         kinds = [_CPU_ONLY] if cpu_backend else [_HW_GPU_ONLY, _GPU_ONLY]
         hint = _new(
@@ -317,7 +361,7 @@ class CDecoder:
         )
         instance, decoder = ctypes.byref(self._instance), ctypes.byref(self._decoder)
         try:
-            with _quiet_stderr():  # the loader's notes on optional codecs
+            with _quiet_stderr(), _removed_after(folder if only is not None else None):
                 status = lib.nvimgcodecInstanceCreate(instance, ctypes.byref(info))
                 _check("nvimgcodecInstanceCreate", status)
                 status = lib.nvimgcodecDecoderCreate(
