@@ -124,6 +124,24 @@ const char* check_png_shape(const imgops::png::ImageShape& shape) {
   return nullptr;
 }
 
+// Checks png_encode*'s pixels, stride and filter for a shape; nullptr when they are fine.
+const char* check_png_pixels(const imgops::png::ImageShape& shape, const Py_buffer& pixels,
+                             Py_ssize_t row_stride, int filter) {
+  const char* problem = check_png_shape(shape);
+  if (problem != nullptr) return problem;
+  if (filter < imgops::png::kAdaptive || filter > imgops::png::kPaeth) {
+    return "filter must be -1..4";
+  }
+  if (row_stride < shape.row_bytes() ||
+      pixels.len < (shape.height - 1) * row_stride + shape.row_bytes()) {
+    return "the buffer is smaller than height rows of row_stride bytes";
+  }
+  if (shape.itemsize == 2 && reinterpret_cast<uintptr_t>(pixels.buf) % 2 != 0) {
+    return "16-bit samples must be aligned";
+  }
+  return nullptr;
+}
+
 // Runs encode(out) without the GIL into a new bytes object of max_png_bytes(shape), which
 // nothing else can see yet, and trims it to the size encode returns.
 template <typename Encode>
@@ -162,17 +180,7 @@ PyObject* png_encode(PyObject* /*self*/, PyObject* args) {
   }
   shape.width = width;
   shape.height = height;
-  const char* problem = check_png_shape(shape);
-  if (problem == nullptr) {
-    if (filter < imgops::png::kAdaptive || filter > imgops::png::kPaeth) {
-      problem = "filter must be -1..4";
-    } else if (row_stride < shape.row_bytes() ||
-               pixels.len < (shape.height - 1) * row_stride + shape.row_bytes()) {
-      problem = "the buffer is smaller than height rows of row_stride bytes";
-    } else if (shape.itemsize == 2 && reinterpret_cast<uintptr_t>(pixels.buf) % 2 != 0) {
-      problem = "16-bit samples must be aligned";
-    }
-  }
+  const char* problem = check_png_pixels(shape, pixels, row_stride, filter);
   const auto* data = static_cast<const uint8_t*>(pixels.buf);
   PyObject* result = nullptr;
   if (problem == nullptr) {
@@ -324,17 +332,7 @@ PyObject* png_encode_to_file(PyObject* /*self*/, PyObject* args) {
   }
   shape.width = width;
   shape.height = height;
-  const char* problem = check_png_shape(shape);
-  if (problem == nullptr) {
-    if (filter < imgops::png::kAdaptive || filter > imgops::png::kPaeth) {
-      problem = "filter must be -1..4";
-    } else if (row_stride < shape.row_bytes() ||
-               pixels.len < (shape.height - 1) * row_stride + shape.row_bytes()) {
-      problem = "the buffer is smaller than height rows of row_stride bytes";
-    } else if (shape.itemsize == 2 && reinterpret_cast<uintptr_t>(pixels.buf) % 2 != 0) {
-      problem = "16-bit samples must be aligned";
-    }
-  }
+  const char* problem = check_png_pixels(shape, pixels, row_stride, filter);
   if (problem != nullptr) {
     PyBuffer_Release(&pixels);
     PyErr_SetString(PyExc_ValueError, problem);

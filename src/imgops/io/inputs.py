@@ -110,19 +110,25 @@ def _too_large(size: int, limit: int, name: str) -> OSError:
     )
 
 
+def _unopenable(error: OSError, name: str) -> OSError:
+    """The error to raise for a failed open: a socket or a device without a driver (ENXIO,
+    EOPNOTSUPP) is said for what it is; anything else is the open's own error."""
+    if error.errno not in (errno.ENXIO, errno.EOPNOTSUPP):
+        return error
+    try:
+        mode = os.stat(name).st_mode
+    except OSError:
+        return error
+    return _not_regular(mode, name)
+
+
 def _read_natively(kernels: Any, name: str, limit: int) -> bytes:
     """read_input_bytes through imgops._cli_kernels.read_file: the same checks and errors, two
     GIL hand-offs a file instead of five system calls' worth."""
     try:
         data = kernels.read_file(name, limit)
     except OSError as error:
-        if error.errno not in (errno.ENXIO, errno.EOPNOTSUPP):
-            raise
-        try:  # a socket, or a device without a driver: say what it is
-            mode = os.stat(name).st_mode
-        except OSError:
-            raise error from None
-        raise _not_regular(mode, name) from None
+        raise _unopenable(error, name) from None
     if isinstance(data, bytes):
         return data
     why = data[0]
@@ -151,13 +157,7 @@ def read_input_bytes(path: str | os.PathLike[str], *, max_bytes: int | None = No
     try:
         fd = os.open(name, _OPEN_FLAGS)
     except OSError as error:
-        if error.errno not in (errno.ENXIO, errno.EOPNOTSUPP):
-            raise
-        try:  # a socket, or a device without a driver: say what it is
-            mode = os.stat(name).st_mode
-        except OSError:
-            raise error from None
-        raise _not_regular(mode, name) from None
+        raise _unopenable(error, name) from None
     try:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
