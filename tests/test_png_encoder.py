@@ -382,3 +382,40 @@ def test_stored_rows_wider_than_a_stored_piece_fit_the_output_buffer() -> None:
     idat_chunks = -(-stream // 2**30)
     assert len(encoded) == KERNELS.PNG_HEAD_BYTES + stream + 4 + 12 * (idat_chunks - 1) + 12
     assert encoded[-12:] == b"\0\0\0\0IEND\xaeB`\x82"
+
+
+def numpy_paeth(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
+    """PNG's Paeth predictor (PNG 9.4) in int16: a left, b above, c upper-left."""
+    a, b, c = (x.astype(np.int16) for x in (a, b, c))
+    p = a + b - c
+    pa, pb, pc = np.abs(p - a), np.abs(p - b), np.abs(p - c)
+    return np.where((pa <= pb) & (pa <= pc), a, np.where(pb <= pc, b, c)).astype(np.uint8)
+
+
+def idat_stream(data: bytes) -> bytes:
+    """The IDAT chunks of a PNG file, joined and inflated."""
+    pos, joined = 8, b""
+    while pos < len(data):
+        (length,) = struct.unpack(">I", data[pos : pos + 4])
+        if data[pos + 4 : pos + 8] == b"IDAT":
+            joined += data[pos + 8 : pos + 8 + length]
+        pos += 12 + length
+    return zlib.decompress(joined)
+
+
+@needs_kernels
+def test_paeth_rows_for_every_left_up_and_upper_left_value() -> None:
+    """The encoder's (vectorised) Paeth filter against numpy's, for all 2^24 (a, b, c):
+    position 2k+1 of the second row sees left a, above b and upper-left c, k = a b c."""
+    k = np.arange(1 << 24, dtype=np.uint32)
+    a, b, c = (k >> 16).astype(np.uint8), (k >> 8).astype(np.uint8), k.astype(np.uint8)
+    image = np.empty((2, 1 << 25), dtype=np.uint8)
+    image[0, 0::2], image[0, 1::2] = c, b  # the row above: c at 2k, b at 2k+1
+    image[1, 0::2], image[1, 1::2] = a, (k * 2654435761 >> 24).astype(np.uint8)
+    data = png.encode_png(image, level=2)
+    assert png.filter_code_for(2) == 4  # level 2 filters every row with Paeth
+    rows = np.frombuffer(idat_stream(data), np.uint8).reshape(2, (1 << 25) + 1)
+    assert rows[1, 0] == 4
+    residual = rows[1, 2::2]  # position 2k+1 of the row (after the filter byte)
+    want = image[1, 1::2] - numpy_paeth(a, b, c)
+    np.testing.assert_array_equal(residual, want)

@@ -18,20 +18,26 @@ __attribute__((target("avx2"))) inline __m256i load32(const uint8_t* p) {
   return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
 }
 
-// Paeth predictions of 16 bytes in 16-bit lanes (PNG 9.4): a left, b above, c upper-left.
-__attribute__((target("avx2"))) inline __m256i paeth16(__m256i a, __m256i b, __m256i c) {
-  const __m256i pa = _mm256_abs_epi16(_mm256_sub_epi16(b, c));  // |p - a|
-  const __m256i pb = _mm256_abs_epi16(_mm256_sub_epi16(a, c));  // |p - b|
-  const __m256i pc =
-      _mm256_abs_epi16(_mm256_add_epi16(_mm256_sub_epi16(b, c), _mm256_sub_epi16(a, c)));
-  const __m256i smallest = _mm256_min_epi16(pa, _mm256_min_epi16(pb, pc));
-  // a where pa is the smallest, else b where pb is, else c
-  const __m256i b_or_c = _mm256_blendv_epi8(c, b, _mm256_cmpeq_epi16(pb, smallest));
-  return _mm256_blendv_epi8(b_or_c, a, _mm256_cmpeq_epi16(pa, smallest));
-}
-
-__attribute__((target("avx2"))) inline __m256i widen(const uint8_t* p) {
-  return _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+// Paeth predictions of 32 bytes in 8-bit lanes: pa = |b - c| and pb = |a - c| exactly;
+// pc = |(b - c) + (a - c)| is pa + pb where both differences have the same sign (saturated at
+// 255: pc is then >= pa and >= pb either way, so every comparison below comes out the same),
+// else |pa - pb|. Where b == c or a == c both forms agree.
+__attribute__((target("avx2"))) inline __m256i paeth8(__m256i a, __m256i b, __m256i c) {
+  const __m256i zero = _mm256_setzero_si256();
+  const __m256i c_over_b = _mm256_subs_epu8(c, b);  // c - b where c > b, else 0
+  const __m256i c_over_a = _mm256_subs_epu8(c, a);
+  const __m256i pa = _mm256_or_si256(_mm256_subs_epu8(b, c), c_over_b);
+  const __m256i pb = _mm256_or_si256(_mm256_subs_epu8(a, c), c_over_a);
+  // same sign: (b >= c) == (a >= c)
+  const __m256i same = _mm256_cmpeq_epi8(_mm256_cmpeq_epi8(c_over_b, zero),
+                                         _mm256_cmpeq_epi8(c_over_a, zero));
+  const __m256i pc = _mm256_blendv_epi8(
+      _mm256_or_si256(_mm256_subs_epu8(pa, pb), _mm256_subs_epu8(pb, pa)),
+      _mm256_adds_epu8(pa, pb), same);
+  const __m256i pa_least = _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_min_epu8(pa, pb), pa),
+                                            _mm256_cmpeq_epi8(_mm256_min_epu8(pa, pc), pa));
+  const __m256i pb_le_pc = _mm256_cmpeq_epi8(_mm256_min_epu8(pb, pc), pb);
+  return _mm256_blendv_epi8(_mm256_blendv_epi8(c, b, pb_le_pc), a, pa_least);
 }
 
 // filter_row for Sub, Up, Average and Paeth with AVX2 (None and unknown codes: memcpy).
@@ -77,10 +83,7 @@ __attribute__((target("avx2"))) inline void filter_row_avx2(int filter, const ui
     case kPaeth:
       for (int64_t j = 0; j < head; ++j) out[j] = static_cast<uint8_t>(cur[j] - up[j]);
       for (; i + 32 <= row_bytes; i += 32) {
-        const __m256i lo = paeth16(widen(cur + i - bpp), widen(up + i), widen(up + i - bpp));
-        const __m256i hi =
-            paeth16(widen(cur + i + 16 - bpp), widen(up + i + 16), widen(up + i + 16 - bpp));
-        const __m256i predicted = _mm256_permute4x64_epi64(_mm256_packus_epi16(lo, hi), 0xD8);
+        const __m256i predicted = paeth8(load32(cur + i - bpp), load32(up + i), load32(up + i - bpp));
         _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i),
                             _mm256_sub_epi8(load32(cur + i), predicted));
       }
