@@ -691,3 +691,48 @@ def test_decoder_gpu_never_takes_the_cpu_path_while_torch_starts(tmp_path: Path)
     settings = PipelineSettings(device="cpu", jobs=2, batch_size=3, decoder="gpu")
     engine = device_engine(GRAY, settings, CPU_PLAN, 2, cpu_backend=True)
     assert not engine.host_while_starting
+
+
+def test_buffer_pool_times_its_allocations():
+    """allocate_seconds: what new (pinned) buffers cost; reuse adds nothing to it."""
+    import time as clock
+    from types import SimpleNamespace
+
+    def slow(nbytes: int) -> SimpleNamespace:
+        clock.sleep(0.05)
+        return SimpleNamespace(nbytes=nbytes)
+
+    pool = BufferPool(100, pin=False, granule=1, allocate=slow)
+    first = pool.acquire(40)
+    pool.release(first)
+    assert pool.acquire(30) is first
+    assert pool.allocated == 1 and 0.05 <= pool.allocate_seconds < 1.0
+    pool.acquire(50)
+    assert pool.allocated == 2 and pool.allocate_seconds >= 0.1
+
+
+def test_run_batch_reports_the_device_pools_pinning_seconds(monkeypatch, tmp_path):
+    """--stats-json's engine_seconds carry "device.pinning", the pool's allocate_seconds."""
+    from types import SimpleNamespace
+
+    from imgops.engine import run as run_module
+    from imgops.engine.phases import Phases
+    from imgops.engine.types import JobResult
+
+    class FakeEngine:
+        def __init__(self) -> None:
+            self.phases = Phases()
+            self.phases.add("device.wait_pool", 0.5)
+            self.pool = SimpleNamespace(allocate_seconds=0.25)
+            self.gpu_peak_bytes = None
+
+        def run(self, jobs, on_result) -> None:
+            for job in jobs:
+                on_result(JobResult(job, "written"))
+
+    monkeypatch.setattr(run_module, "choose", lambda settings, op: Plan("cuda", "gpu", "test"))
+    monkeypatch.setattr(run_module, "device_engine", lambda *args, **kwargs: FakeEngine())
+    job = Job(tmp_path / "in.jpg", tmp_path / "out.png", "in.jpg")
+    summary = run_batch([job], GRAY, PipelineSettings())
+    assert summary.written == 1
+    assert summary.engine == {"device.pinning": 0.25, "device.wait_pool": 0.5}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -77,6 +78,9 @@ class BufferPool:
         self._held = 0  # bytes of every buffer, free or out
         self._out = 0
         self.allocated = 0
+        #: Seconds spent in `allocate` (pinning, where `pin`): part of what acquire's callers
+        #: wait; the steady state should add nothing to it.
+        self.allocate_seconds = 0.0
         self.peak_bytes = 0
 
     def _torch_buffer(self, nbytes: int) -> Any:
@@ -113,6 +117,7 @@ class BufferPool:
                     self._cond.wait(0.1)
         finally:
             self._dispose_all(dropped)
+        started = time.perf_counter()
         try:
             buffer = self._allocate(size)
         except BaseException:
@@ -123,6 +128,7 @@ class BufferPool:
             raise
         with self._cond:
             self.allocated += 1
+            self.allocate_seconds += time.perf_counter() - started
         return buffer
 
     def _dispose_all(self, buffers: list[Any]) -> None:
