@@ -13,6 +13,7 @@ file comes out with the CPU path's exact bytes. The kernels themselves are teste
 from __future__ import annotations
 
 import ctypes
+import threading
 from pathlib import Path
 
 import cv2
@@ -780,3 +781,28 @@ def test_the_next_batch_decodes_while_the_device_runs_the_last(
     assert overlapped >= len(runs) // 2, (decodes, runs)
     for k in range(len(runs) - 2):  # batch k+2 decodes only once the device took batch k+1
         assert decodes[k + 2][1] >= runs[k][1] - 1e-3
+
+
+@pytest.mark.parametrize(("value", "limit"), [(None, 3 << 20), ("1", 1 << 20), ("x", 3 << 20)])
+def test_the_pinned_pool_limit_can_be_overridden_for_comparisons(
+    tmp_path: Path, fake_driver, monkeypatch, value, limit
+):
+    """IMGOPS_PINNED_MIB sets the pool's limit (a bad value: the settings' pinned_bytes); the
+    outputs stay the CPU path's bytes however small the pool, even smaller than one batch."""
+    if value is None:
+        monkeypatch.delenv("IMGOPS_PINNED_MIB", raising=False)
+    else:
+        monkeypatch.setenv("IMGOPS_PINNED_MIB", value)
+    paths = JPEGS * 2
+    settings = PipelineSettings(device="cuda", jobs=2, batch_size=3, pinned_bytes=3 << 20)
+    engine = _engine(settings, FakeDecoder())
+    _wait_for_stage(engine)
+    done: list = []  # (a pool smaller than a batch once waited for the batch's own buffers)
+    batch = threading.Thread(target=lambda: done.append(_run(engine, paths, tmp_path / "dev")))
+    batch.daemon = True
+    batch.start()
+    batch.join(60)
+    assert done, "the batch did not finish"
+    _assert_written_as_on_the_cpu(done[0], paths, tmp_path)
+    assert engine.pool is not None and engine.pool.limit == limit
+    assert engine.pool.allocated >= 1 and engine.pool.allocate_seconds >= 0.0

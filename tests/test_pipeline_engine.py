@@ -736,3 +736,28 @@ def test_run_batch_reports_the_device_pools_pinning_seconds(monkeypatch, tmp_pat
     summary = run_batch([job], GRAY, PipelineSettings())
     assert summary.written == 1
     assert summary.engine == {"device.pinning": 0.25, "device.wait_pool": 0.5}
+
+
+def test_buffer_pool_never_waits_for_the_callers_own_buffers():
+    """A batch whose buffers outgrow the pool gets the next one past the limit (waiting would
+    be forever: only the caller can give its buffers back); with another thread's buffer out
+    it waits for that one."""
+    import threading
+
+    pool = BufferPool(1000, pin=False, granule=1)
+    first = pool.acquire(800)
+    second = pool.acquire(800, held=1)  # only the caller's own buffer is out
+    assert pool.allocated == 2 and second is not first
+    pool.release(first)
+    pool.release(second)
+    mine = pool.acquire(800)  # reuses a free one
+    others = pool.acquire(800)  # "another thread's": the caller holds none of them now
+    got = []
+    waiter = threading.Thread(target=lambda: got.append(pool.acquire(900, held=1)))
+    waiter.start()
+    waiter.join(0.3)
+    assert not got  # `others` is out and not the caller's: it waits for it
+    pool.release(others)
+    waiter.join(2)
+    assert got and got[0].nbytes >= 900
+    assert mine is not None

@@ -651,13 +651,15 @@ class DeviceEngine:
         if self.settings.fmt == "jpg" and self._jpeg_factory is not None:
             jpegs = self._encode_jpegs(stage, live)
         copies = []
+        taken = 0  # this batch's buffers so far: the pool must not wait for them alone
         for item, jpeg in zip(live, jpegs, strict=True):
             if jpeg is not None:
                 copies.append((item, None, None, jpeg))
                 continue
             tensor = item.output
             waited = time.perf_counter()
-            buffer = self.pool.acquire(tensor.numel() * tensor.element_size())
+            buffer = self.pool.acquire(tensor.numel() * tensor.element_size(), held=taken)
+            taken += 1
             waited = time.perf_counter() - waited
             self._pool_wait += waited
             self.phases.add("device.wait_pool", waited)

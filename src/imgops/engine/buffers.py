@@ -54,7 +54,8 @@ class BufferPool:
     `acquire(n)` hands out a free buffer of at least n bytes (the smallest that fits), allocates
     one while the pool is under its limit, or waits for a release. Steady state allocates
     nothing: device-to-host copies land in the same pinned pages batch after batch. A request
-    over the limit is served when no buffer is out (slow, never a deadlock).
+    over the limit is served when no buffer is out, or none but the caller's own (slow, never
+    a deadlock).
     """
 
     def __init__(
@@ -88,8 +89,14 @@ class BufferPool:
 
         return torch.empty(nbytes, dtype=torch.uint8, pin_memory=self._pin)
 
-    def acquire(self, nbytes: int) -> Any:
+    def acquire(self, nbytes: int, held: int = 0) -> Any:
         """A buffer of at least `nbytes` bytes (blocks when the pool is full).
+
+        `held`: how many of the buffers out are the caller's own, not yet passed on (a batch
+        collecting its buffers): the pool never waits for those alone to come back, which would
+        be forever; it allocates past its limit instead (a batch larger than the pool is slow,
+        never a deadlock); the pool then holds more than its limit until requests that find no
+        room drop free buffers.
 
         New buffers are allocated, and dropped ones freed, outside the pool's lock: pinning
         takes milliseconds, and the encode threads giving buffers back must not wait for it
@@ -104,7 +111,8 @@ class BufferPool:
                         self._out += 1
                         return self._free.pop(best)
                     size = _granule_up(nbytes, self._granule)
-                    if self._held + size <= self.limit or self._out == 0 and not self._free:
+                    alone = self._out <= held and not self._free  # nobody else can release
+                    if self._held + size <= self.limit or alone:
                         self._held += size  # reserved; allocated below, unlocked
                         self.peak_bytes = max(self.peak_bytes, self._held)
                         self._out += 1

@@ -88,7 +88,7 @@ class DriverEngine(DeviceEngine):
         """The pinned pool from the driver (its buffers freed at the end) and the row encoder;
         nothing was decoded before the stage (decodes wait for its stream)."""
         self.pool = BufferPool(
-            self.settings.pinned_bytes,
+            _pinned_limit(self.settings.pinned_bytes),
             pin=True,
             allocate=stage.device.pinned,
             dispose=lambda buffer: buffer.close(),
@@ -202,7 +202,7 @@ class DriverEngine(DeviceEngine):
     def _acquire(self, nbytes: int) -> Any:
         """A pinned buffer of at least nbytes from the pool (the wait is timed)."""
         waited = time.perf_counter()
-        buffer = self.pool.acquire(nbytes)  # type: ignore[union-attr]
+        buffer = self.pool.acquire(nbytes, held=len(self._taken))  # type: ignore[union-attr]
         self._taken.append(buffer)
         waited = time.perf_counter() - waited
         self._pool_wait += waited
@@ -333,6 +333,17 @@ def _deflate_streams() -> int:
         return max(1, int(value))
     except ValueError:
         return 4
+
+
+def _pinned_limit(default: int) -> int:
+    """Bytes of pinned host buffers the pool may hold: IMGOPS_PINNED_MIB (MiB, for comparisons:
+    a smaller pool pins less while the batch runs, a larger one waits less for the encode
+    threads), else the settings' pinned_bytes."""
+    value = os.environ.get("IMGOPS_PINNED_MIB", "").strip()
+    try:
+        return int(value) << 20 if value and int(value) > 0 else default
+    except ValueError:
+        return default
 
 
 def _host_view(buffer: Any, nbytes: int, out: DeviceImage, pitch: int, rows: bool) -> np.ndarray:
