@@ -806,3 +806,39 @@ def test_the_pinned_pool_limit_can_be_overridden_for_comparisons(
     _assert_written_as_on_the_cpu(done[0], paths, tmp_path)
     assert engine.pool is not None and engine.pool.limit == limit
     assert engine.pool.allocated >= 1 and engine.pool.allocate_seconds >= 0.0
+
+
+@pytest.mark.skipif(
+    __import__("imgops.io.nvimgcodec_c").io.nvimgcodec_c.package_dir() is None,
+    reason="nvImageCodec not installed",
+)
+def test_jpeg_output_with_the_c_api_decoder_uses_the_c_api_encoder_on_its_instance(
+    tmp_path: Path, fake_driver
+):
+    """-f jpg where the stage's decoder is the C API's: the JPEG encoder is made on that
+    decoder's instance through the C API (the Python module's factory is never called), its
+    files decode to the gray pixels within JPEG's error, and the instance is given back."""
+    from imgops.io.nvimgcodec_c import CDecoder
+    from imgops.io.nvimgcodec_encode_c import CEncoder
+
+    def python_module_encoder():
+        raise AssertionError("the Python module's encoder was asked for")
+
+    decoder = CDecoder(cpu_backend=True, threads=2)
+    settings = PipelineSettings(device="cuda", jobs=2, batch_size=3, fmt="jpg", jpeg_quality=92)
+    engine = DriverEngine(
+        GRAY, settings, "cuda", 2, lambda: decoder, python_module_encoder, index=0
+    )
+    _wait_for_stage(engine)
+    results = _run(engine, JPEGS * 2, tmp_path / "dev", fmt="jpg")
+    assert all(r.status == "written" and not r.note for r in results.values()), results
+    assert isinstance(engine._jpeg, CEncoder) and engine._jpeg.quality == 92
+    for i, path in enumerate(JPEGS * 2):
+        got = cv2.imread(str(tmp_path / "dev" / f"{i:02d}-{path.name}.jpg"), cv2.IMREAD_UNCHANGED)
+        want = cv2.cvtColor(cv2.imread(str(path)), cv2.COLOR_BGR2GRAY)
+        assert got.shape == want.shape
+        assert np.abs(got.astype(int) - want).mean() < 3, path.name
+    assert decoder._instance_users == 1  # the encoder gave its share back at the end
+    decoder.close()  # (the stage only drops it)
+    assert decoder._instance_users == 0 and not decoder._instance
+    assert FakeDevice.instances[-1].blocks == {}

@@ -65,6 +65,10 @@ def _opencv(data: bytes, gray: bool) -> np.ndarray:
 
 
 def test_the_structures_match_the_wheels_header(tmp_path: Path):
+    """The decoder's and the JPEG encoder's (imgops.io.nvimgcodec_encode_c) structures and
+    constants: every size, offset and value as the header's."""
+    from imgops.io import nvimgcodec_encode_c as encode_c
+
     compiler = shutil.which("cc") or shutil.which("gcc")
     header = Path(nvimgcodec_c.package_dir() or "", "include", "nvimgcodec.h")
     if compiler is None or not header.exists():
@@ -79,6 +83,8 @@ def test_the_structures_match_the_wheels_header(tmp_path: Path):
         ("nvimgcodecBackend_t", nvimgcodec_c._Backend),
         ("nvimgcodecExecutionParams_t", nvimgcodec_c._ExecutionParams),
         ("nvimgcodecDecodeParams_t", nvimgcodec_c._DecodeParams),
+        ("nvimgcodecEncodeParams_t", encode_c._EncodeParams),
+        ("nvimgcodecJpegEncodeParams_t", encode_c._JpegEncodeParams),
     ]
     lines = []
     expected = []
@@ -111,6 +117,13 @@ def test_the_structures_match_the_wheels_header(tmp_path: Path):
         "NVIMGCODEC_IMAGE_BUFFER_KIND_STRIDED_HOST": nvimgcodec_c._BUFFER_HOST,
         "NVIMGCODEC_PROCESSING_STATUS_SUCCESS": nvimgcodec_c._PROCESSING_SUCCESS,
         "NVIMGCODEC_LOAD_HINT_POLICY_FIXED": nvimgcodec_c._LOAD_HINT_FIXED,
+        "NVIMGCODEC_BACKEND_KIND_HYBRID_CPU_GPU": nvimgcodec_c._HYBRID_CPU_GPU,
+        "NVIMGCODEC_STRUCTURE_TYPE_ENCODE_PARAMS": encode_c._ENCODE_PARAMS,
+        "NVIMGCODEC_STRUCTURE_TYPE_JPEG_ENCODE_PARAMS": encode_c._JPEG_ENCODE_PARAMS,
+        "NVIMGCODEC_QUALITY_TYPE_QUALITY": encode_c._QUALITY_TYPE_QUALITY,
+        "NVIMGCODEC_SAMPLING_444": encode_c._SAMPLING_444,
+        "NVIMGCODEC_SAMPLING_420": encode_c._SAMPLING_420,
+        "NVIMGCODEC_SAMPLING_GRAY": encode_c._SAMPLING_GRAY,
     }
     for name, value in constants.items():
         lines.append(f'printf("%lld\\n", (long long){name});')

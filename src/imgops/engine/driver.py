@@ -272,7 +272,7 @@ class DriverEngine(DeviceEngine):
 
         if not hasattr(self, "_jpeg"):
             try:
-                self._jpeg = self._jpeg_factory()  # type: ignore[misc]
+                self._jpeg = self._make_jpeg_encoder(stage)
             except GpuDecoderUnavailable as error:
                 self._jpeg_factory = None
                 first = live[0][0].result
@@ -294,6 +294,25 @@ class DriverEngine(DeviceEngine):
                     f"nvJPEG did not encode it ({out.width}x{out.height}): OpenCV instead",
                 )
         return encoded
+
+    def _make_jpeg_encoder(self, stage: DriverStage) -> Any:
+        """nvImageCodec's JPEG encoder: through the C API on the stage decoder's own instance
+        where that decoder is the C API's (imgops.io.nvimgcodec_encode_c: no second start, no
+        import with the GIL held), else the factory's (the Python module)."""
+        from ..io.nvimgcodec_c import CDecoder
+
+        decoder = stage.decoder
+        if isinstance(decoder, CDecoder):
+            from ..io.nvimgcodec_encode_c import CEncoder
+
+            return CEncoder(
+                self.settings.jpeg_quality,
+                self._index,
+                decoder=decoder,
+                cpu_backend=decoder.cpu_backend,
+                threads=2 if decoder.cpu_backend else 0,
+            )
+        return self._jpeg_factory()  # type: ignore[misc]
 
     # ---------------------------------------------------------------- encode threads
     @staticmethod
@@ -319,6 +338,9 @@ class DriverEngine(DeviceEngine):
         try:
             super().run(jobs, on_result)
         finally:
+            jpeg = getattr(self, "_jpeg", None)
+            if jpeg is not None and hasattr(jpeg, "close"):
+                jpeg.close()  # (a C API encoder gives the decoder's instance back)
             self.decoder = None
             if self.pool is not None:
                 self.pool.close()

@@ -23,6 +23,7 @@ import ctypes
 import importlib.util
 import os
 import sys
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -33,7 +34,7 @@ from .gpu_decode import GpuDecoderUnavailable, _quiet_stderr, jpeg_is_whole, war
 _INSTANCE_CREATE_INFO, _DECODE_PARAMS, _ORIENTATION = 2, 5, 7
 _IMAGE_INFO, _IMAGE_PLANE_INFO, _BACKEND, _BACKEND_PARAMS, _EXECUTION_PARAMS = 11, 12, 17, 29, 30
 # enums
-_CPU_ONLY, _GPU_ONLY, _HW_GPU_ONLY = 1, 2, 4  # nvimgcodecBackendKind_t
+_CPU_ONLY, _GPU_ONLY, _HYBRID_CPU_GPU, _HW_GPU_ONLY = 1, 2, 3, 4  # nvimgcodecBackendKind_t
 _LOAD_HINT_FIXED = 2
 _DEVICE_CPU_ONLY = -99999
 _COLORSPEC_UNKNOWN, _COLORSPEC_SRGB, _COLORSPEC_GRAY, _COLORSPEC_SYCC = 0, 1, 2, 3
@@ -153,6 +154,65 @@ def _new(cls: type, type_id: int, **values: Any) -> Any:
     return cls(struct_type=type_id, struct_size=ctypes.sizeof(cls), **values)
 
 
+def _execution_params(
+    kinds: Sequence[int], device_id: int, threads: int
+) -> tuple[_ExecutionParams, Any]:
+    """Execution parameters for a decoder or encoder on these backend kinds (each with the
+    whole load); the backends array is returned too, to be kept alive with them."""
+    hint = _new(_BackendParams, _BACKEND_PARAMS, load_hint=1.0, load_hint_policy=_LOAD_HINT_FIXED)
+    backends = (_Backend * len(kinds))(
+        *[_new(_Backend, _BACKEND, kind=kind, params=hint) for kind in kinds]
+    )
+    params = _new(
+        _ExecutionParams,
+        _EXECUTION_PARAMS,
+        max_num_cpu_threads=threads,
+        device_id=_DEVICE_CPU_ONLY if list(kinds) == [_CPU_ONLY] else device_id,
+        num_backends=len(kinds),
+        backends=backends,
+    )
+    return params, backends
+
+
+def _packed_image_info(
+    pointer: int, width: int, height: int, channels: int, pitch: int, host: bool,
+    cuda_stream: int, **values: Any,
+) -> _ImageInfo:  # fmt: skip
+    """An image of one plane of uint8 pixels, gray (I_Y) or RGB (I_RGB), at `pointer` (host
+    or device memory) with rows `pitch` bytes apart; `values` set the other fields."""
+    gray = channels == 1
+    info = _new(
+        _ImageInfo,
+        _IMAGE_INFO,
+        color_spec=_COLORSPEC_GRAY if gray else _COLORSPEC_SRGB,
+        sample_format=_SAMPLEFORMAT_I_Y if gray else _SAMPLEFORMAT_I_RGB,
+        num_planes=1,
+        buffer=pointer,
+        buffer_kind=_BUFFER_HOST if host else _BUFFER_DEVICE,
+        cuda_stream=cuda_stream or None,
+        **values,
+    )
+    plane = info.plane_info[0]
+    plane.struct_type, plane.struct_size = _IMAGE_PLANE_INFO, ctypes.sizeof(_PlaneInfo)
+    plane.width, plane.height, plane.row_stride = width, height, pitch
+    plane.num_channels, plane.sample_type, plane.precision = channels, _UINT8, 8
+    return info
+
+
+def _processing_statuses(lib: Any, future: ctypes.c_void_p, count: int) -> list[int]:
+    """Waits for a decode or encode call's future; its per-image statuses (0 where none came
+    back), the future destroyed."""
+    try:
+        _check("nvimgcodecFutureWaitForAll", lib.nvimgcodecFutureWaitForAll(future))
+        statuses = (ctypes.c_uint32 * count)()
+        size = ctypes.c_size_t(count)
+        status = lib.nvimgcodecFutureGetProcessingStatus(future, statuses, ctypes.byref(size))
+        _check("nvimgcodecFutureGetProcessingStatus", status)
+        return list(statuses[: size.value]) + [0] * (count - size.value)
+    finally:
+        lib.nvimgcodecFutureDestroy(future)
+
+
 #: nvImageCodec versions (major, minor) whose nvimgcodec.h these structures were checked against;
 #: with any other the engine uses the Python module (imgops.engine.driver_stage.make_decoder).
 VERIFIED = ((0, 9),)
@@ -230,6 +290,23 @@ def library() -> Any:
             p(handle),
             ctypes.c_int,
             p(_DecodeParams),
+            p(handle),
+        ],  # fmt: skip
+        "nvimgcodecEncoderCreate": [handle, p(handle), p(_ExecutionParams), ctypes.c_char_p],
+        "nvimgcodecEncoderDestroy": [handle],
+        "nvimgcodecCodeStreamCreateToHostMem": [
+            handle,
+            p(handle),
+            ctypes.c_void_p,
+            ctypes.c_void_p,
+            p(_ImageInfo),
+        ],  # fmt: skip
+        "nvimgcodecEncoderEncode": [
+            handle,
+            p(handle),
+            p(handle),
+            ctypes.c_int,
+            ctypes.c_void_p,
             p(handle),
         ],  # fmt: skip
         "nvimgcodecFutureWaitForAll": [handle],
@@ -345,20 +422,7 @@ class CDecoder:
             extension_modules_path=folder.encode() if folder else None,
         )
         kinds = [_CPU_ONLY] if cpu_backend else [_HW_GPU_ONLY, _GPU_ONLY]
-        hint = _new(
-            _BackendParams, _BACKEND_PARAMS, load_hint=1.0, load_hint_policy=_LOAD_HINT_FIXED
-        )
-        backends = (_Backend * len(kinds))(
-            *[_new(_Backend, _BACKEND, kind=kind, params=hint) for kind in kinds]
-        )
-        params = _new(
-            _ExecutionParams,
-            _EXECUTION_PARAMS,
-            max_num_cpu_threads=threads,
-            device_id=_DEVICE_CPU_ONLY if cpu_backend else device_id,
-            num_backends=len(kinds),
-            backends=backends,
-        )
+        params, _backends = _execution_params(kinds, device_id, threads)
         instance, decoder = ctypes.byref(self._instance), ctypes.byref(self._decoder)
         try:
             with _quiet_stderr(), _removed_after(folder if only is not None else None):
@@ -376,6 +440,8 @@ class CDecoder:
         self._decode_params = _new(_DecodeParams, _DECODE_PARAMS, apply_exif_orientation=1)
         self._allocate: Callable[[int], int] | None = None
         self._free: Callable[[int], None] | None = None
+        self._instance_users = 1  # the decoder; each encoder made on its instance adds one
+        self._instance_lock = threading.Lock()
 
     @property
     def backend(self) -> str:
@@ -387,13 +453,33 @@ class CDecoder:
         ordered on the stream that decode() is given (GPU backends)."""
         self._allocate, self._free = allocate, free
 
+    def share_instance(self) -> ctypes.c_void_p:
+        """The decoder's library instance, for an encoder made on it (its nvJPEG start is paid
+        once); the instance lives until the decoder and every such user released it."""
+        with self._instance_lock:
+            if not self._instance or self._instance_users == 0:
+                raise GpuDecoderUnavailable("the nvImageCodec decoder was closed")
+            self._instance_users += 1
+            return self._instance
+
+    def release_instance(self) -> None:
+        """One user fewer of the instance; the last one destroys it (the GIL released)."""
+        with self._instance_lock:
+            if self._instance_users == 0:
+                return
+            self._instance_users -= 1
+            if self._instance_users == 0 and self._instance:
+                self._lib.nvimgcodecInstanceDestroy(self._instance)
+                self._instance = ctypes.c_void_p()
+
     def close(self) -> None:
-        """Destroys the decoder and the instance (the GIL released)."""
+        """Destroys the decoder, and the instance unless an encoder still uses it."""
         if self._decoder:
             self._lib.nvimgcodecDecoderDestroy(self._decoder)
             self._decoder = ctypes.c_void_p()
-        if self._instance:
-            self._lib.nvimgcodecInstanceDestroy(self._instance)
+            self.release_instance()
+        elif self._instance and not hasattr(self, "_instance_users"):
+            self._lib.nvimgcodecInstanceDestroy(self._instance)  # (a failed start)
             self._instance = ctypes.c_void_p()
 
     def __del__(self) -> None:
@@ -524,23 +610,11 @@ class CDecoder:
         rotated, flip_x, flip_y = candidate.orientation
         # the stream's EXIF orientation, which apply_exif_orientation then applies
         turn = _new(_Orientation, _ORIENTATION, rotated=rotated, flip_x=flip_x, flip_y=flip_y)
-        info = _new(
-            _ImageInfo,
-            _IMAGE_INFO,
-            color_spec=_COLORSPEC_GRAY if candidate.gray else _COLORSPEC_SRGB,
-            sample_format=_SAMPLEFORMAT_I_Y if candidate.gray else _SAMPLEFORMAT_I_RGB,
+        width, height = candidate.width, candidate.height
+        return _packed_image_info(
+            pointer, width, height, channels, width * channels, self.cpu_backend, cuda_stream,
             orientation=turn,
-            num_planes=1,
-            buffer=pointer,
-            buffer_kind=_BUFFER_HOST if self.cpu_backend else _BUFFER_DEVICE,
-            cuda_stream=cuda_stream or None,
-        )
-        plane = info.plane_info[0]
-        plane.struct_type, plane.struct_size = _IMAGE_PLANE_INFO, ctypes.sizeof(_PlaneInfo)
-        plane.width, plane.height = candidate.width, candidate.height
-        plane.row_stride = candidate.width * channels
-        plane.num_channels, plane.sample_type, plane.precision = channels, _UINT8, 8
-        return info
+        )  # fmt: skip
 
     def _run(self, streams: Any, images: Any, count: int) -> list[int]:
         lib, future = self._lib, ctypes.c_void_p()
@@ -549,12 +623,4 @@ class CDecoder:
             self._decoder, streams, images, count, params, ctypes.byref(future)
         )
         _check("nvimgcodecDecoderDecode", status)
-        try:
-            _check("nvimgcodecFutureWaitForAll", lib.nvimgcodecFutureWaitForAll(future))
-            statuses = (ctypes.c_uint32 * count)()
-            size = ctypes.c_size_t(count)
-            status = lib.nvimgcodecFutureGetProcessingStatus(future, statuses, ctypes.byref(size))
-            _check("nvimgcodecFutureGetProcessingStatus", status)
-            return list(statuses[: size.value]) + [0] * (count - size.value)
-        finally:
-            lib.nvimgcodecFutureDestroy(future)
+        return _processing_statuses(lib, future, count)
