@@ -506,6 +506,7 @@ def test_finish_zlib_rebuilds_the_cpu_file(index: int) -> None:
     assert sum(kind == b"IDAT" for kind, _ in png_chunks(data)) == 1  # < IDAT_MAX bytes
     head = KERNELS.PNG_HEAD_BYTES
     device_size = head + len(stream) + 12 * (len(stream) // IDAT_MAX + 1) + 12
+    assert KERNELS.png_file_room(len(stream)) == device_size  # what the device path takes
     assert finish(stream, device_size, shape) == data
     assert finish(stream, device_size + 1000, shape) == data
     for size in range(len(data), device_size):  # enough for the file: exact, or refused
@@ -532,6 +533,11 @@ def test_finish_zlib_rejects_bad_arguments() -> None:
     with pytest.raises(TypeError):
         KERNELS.png_finish_zlib(bytes(buffer), 100, 4, 4, 1, 1)
     assert KERNELS.png_finish_zlib(buffer, 100, 4, 4, 1, 1) > head + 100  # the buffer was fine
+    with pytest.raises(ValueError):
+        KERNELS.png_file_room(-1)
+    for zlib_bytes in (0, 6, IDAT_MAX - 1, IDAT_MAX, 3 * IDAT_MAX + 5):  # 12 bytes per chunk
+        chunks = zlib_bytes // IDAT_MAX + 1
+        assert KERNELS.png_file_room(zlib_bytes) == head + zlib_bytes + 12 * chunks + 12
 
 
 def available_memory() -> int:

@@ -433,6 +433,16 @@ PyObject* png_deflate_layout(PyObject* /*self*/, PyObject* args) {
                        static_cast<long long>(l.g.blocks));
 }
 
+PyObject* png_file_room(PyObject* /*self*/, PyObject* args) {
+  long long zlib = 0;
+  if (!PyArg_ParseTuple(args, "L:png_file_room", &zlib)) return nullptr;
+  if (zlib < 0) {
+    PyErr_SetString(PyExc_ValueError, "zlib bytes must not be negative");
+    return nullptr;
+  }
+  return PyLong_FromSize_t(imgops::png::png_file_bytes(static_cast<size_t>(zlib)));
+}
+
 PyObject* png_finish_zlib(PyObject* /*self*/, PyObject* args) {
   Py_buffer buffer;
   imgops::png::ImageShape shape{};
@@ -446,8 +456,7 @@ PyObject* png_finish_zlib(PyObject* /*self*/, PyObject* args) {
   shape.width = width;
   shape.height = height;
   const char* problem = check_png_shape(shape);
-  const size_t need = imgops::png::kHeadBytes + static_cast<size_t>(zlib) +
-                      12 * (static_cast<size_t>(zlib) / imgops::png::kIdatMax + 1) + 12;
+  const size_t need = imgops::png::png_file_bytes(static_cast<size_t>(zlib));
   if (problem == nullptr && (zlib < 6 || static_cast<size_t>(buffer.len) < need)) {
     problem = "the buffer cannot hold the PNG file around that zlib stream";
   }
@@ -505,6 +514,9 @@ PyMethodDef methods[] = {
      "png_deflate_layout(row, height) -> (total, out, out_bytes, size, blocks): the device\n"
      "memory the GPU deflate of height filtered rows of `row` bytes needs (zeroed), where its\n"
      "zlib stream and the stream's length (uint64) land in it, and its block count."},
+    {"png_file_room", png_file_room, METH_VARARGS,
+     "png_file_room(zlib_bytes) -> int: bytes a buffer needs for png_finish_zlib to write the\n"
+     "PNG file around a zlib stream of zlib_bytes (from PNG_HEAD_BYTES on)."},
     {"png_finish_zlib", png_finish_zlib, METH_VARARGS,
      "png_finish_zlib(buffer, zlib_bytes, width, height, channels, itemsize) -> int: writes the\n"
      "PNG file in place around the zlib stream at buffer[PNG_HEAD_BYTES:]: the signature,\n"

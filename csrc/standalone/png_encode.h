@@ -59,13 +59,19 @@ inline size_t filtered_bytes(const ImageShape& shape) {
 constexpr int64_t kSampleStride = 4;
 constexpr int64_t kMaxTables = 8;
 
+// Bytes of a PNG file around a zlib stream of `zlib` bytes: the head, the stream, 12 bytes of
+// framing per IDAT chunk, IEND.
+inline size_t png_file_bytes(size_t zlib) {
+  return kHeadBytes + zlib + 12 * (zlib / kIdatMax + 1) + 12;
+}
+
 inline size_t max_png_bytes(const ImageShape& shape) {
   const size_t largest_block =
       static_cast<size_t>(rows_per_block(shape)) * (static_cast<size_t>(shape.row_bytes()) + 1);
   const size_t blocks = static_cast<size_t>((shape.height + rows_per_block(shape) - 1) /
                                             rows_per_block(shape));
   const size_t zlib = RowDeflater::max_zlib_bytes(filtered_bytes(shape), largest_block, blocks);
-  return kHeadBytes + zlib + 12 * (zlib / kIdatMax + 1) + 12;
+  return png_file_bytes(zlib);
 }
 
 // Compresses the filtered rows into out + kHeadBytes; returns the zlib stream's size.

@@ -237,10 +237,11 @@ class DriverEngine(DeviceEngine):
             stream.wait(filtered)
             filtered.close()
         stage.kernels.png_deflate(rows, pitch, out.height, work, layout, stream)
-        head = kernels.PNG_HEAD_BYTES
-        room = head + layout.out_bytes + 12 * (layout.out_bytes // kernels.PNG_IDAT_MAX + 1) + 12
+        room = kernels.png_file_room(layout.out_bytes)
         buffer = self._acquire(room + 8)  # the stream's length in the last 8 bytes
-        device.copy_to_host(buffer.ptr + head, work + layout.out, layout.out_bytes, stream)
+        device.copy_to_host(
+            buffer.ptr + kernels.PNG_HEAD_BYTES, work + layout.out, layout.out_bytes, stream
+        )
         device.copy_to_host(buffer.ptr + room, work + layout.size, 8, stream)
         if stream is not stage.stream:
             device.free(work, stream)
