@@ -83,7 +83,8 @@ __attribute__((target("avx2"))) inline void filter_row_avx2(int filter, const ui
     case kPaeth:
       for (int64_t j = 0; j < head; ++j) out[j] = static_cast<uint8_t>(cur[j] - up[j]);
       for (; i + 32 <= row_bytes; i += 32) {
-        const __m256i predicted = paeth8(load32(cur + i - bpp), load32(up + i), load32(up + i - bpp));
+        const __m256i predicted =
+            paeth8(load32(cur + i - bpp), load32(up + i), load32(up + i - bpp));
         _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i),
                             _mm256_sub_epi8(load32(cur + i), predicted));
       }
