@@ -56,7 +56,7 @@ def test_the_bytes_are_the_python_modules_at_the_same_settings(encoder, python_e
     assert ours == theirs and all(ours)
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=60, deadline=None)
 @given(
     height=st.integers(1, 70),
     width=st.integers(1, 70),
@@ -65,8 +65,9 @@ def test_the_bytes_are_the_python_modules_at_the_same_settings(encoder, python_e
     seed=st.integers(0, 2**31),
 )
 def test_any_size_and_pitch_round_trips(encoder, height, width, channels, pad, seed):
-    """Random images, rows padded to any pitch: the JPEG decodes (OpenCV) to their size and
-    close to their pixels (a smooth image: JPEG's error is small on it)."""
+    """Random images, rows padded to any pitch: the JPEG decodes (OpenCV) to their size, and
+    its error is about that of OpenCV's own JPEG of the image at the same quality (4:2:0 too:
+    on a tiny saturated colour image both lose a lot of chroma)."""
     rng = np.random.default_rng(seed)
     base = rng.integers(0, 256, (1, 1, channels)).astype(np.float64)
     ramp = np.linspace(0, 60, width)[None, :, None] + np.linspace(0, 60, height)[:, None, None]
@@ -80,7 +81,12 @@ def test_any_size_and_pitch_round_trips(encoder, height, width, channels, pad, s
     if channels == 3:
         decoded = decoded[..., ::-1]
     assert decoded.shape[:2] == (height, width)
-    assert np.abs(decoded.astype(int) - pixels.reshape(decoded.shape)).mean() < 6
+    error = np.abs(decoded.astype(int) - pixels.reshape(decoded.shape)).mean()
+    bgr = pixels[..., ::-1] if channels == 3 else pixels[..., 0]
+    ok, theirs = cv2.imencode(".jpg", np.ascontiguousarray(bgr), [cv2.IMWRITE_JPEG_QUALITY, 90])
+    back = cv2.imdecode(theirs, cv2.IMREAD_UNCHANGED)
+    back = back[..., ::-1] if channels == 3 else back
+    assert ok and error <= np.abs(back.astype(int) - pixels.reshape(back.shape)).mean() + 3
 
 
 def test_a_batch_keeps_its_order_and_refuses_what_it_cannot_encode(encoder):

@@ -107,11 +107,15 @@ def _pixels(array: Any, cpu_backend: bool) -> tuple[int, int, int, int, int] | N
         return None
     height, width, channels = shape
     strides = interface.get("strides")
-    pitch = width * channels if strides is None else strides[0]
-    if strides is not None and len(strides) == 3 and (strides[1], strides[2]) != (channels, 1):
-        return None
-    if strides is not None and len(strides) == 2 and strides[1] != 1:
-        return None
+    pitch = width * channels
+    if strides is not None:  # (an axis of length 1 may have any stride)
+        strides = (*strides, 1) if len(strides) == 2 else tuple(strides)
+        if (width > 1 and strides[1] != channels) or (channels > 1 and strides[2] != 1):
+            return None
+        if height > 1:
+            pitch = strides[0]
+        if pitch < width * channels:
+            return None
     if height * width * channels == 0 or height * width * channels > MAX_GPU_IMAGE_BYTES:
         return None
     return int(interface["data"][0]), height, width, channels, int(pitch)
