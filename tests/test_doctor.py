@@ -90,3 +90,22 @@ def test_doctor_says_where_the_cuda_engine_deflates(monkeypatch):
     assert "PNG deflate on the CPU threads (IMGOPS_GPU_DEFLATE=0)" in cuda_engine_info()
     monkeypatch.delenv("IMGOPS_GPU_DEFLATE", raising=False)  # the default
     assert "PNG deflate on the GPU at --png-level 2" in cuda_engine_info()
+
+
+def test_doctor_says_which_api_decodes_and_encodes_jpeg(monkeypatch):
+    """With nvImageCodec 0.9 installed the torch-free engine decodes, and encodes -f jpg,
+    through the C API; IMGOPS_NVIMGCODEC_API=python names the Python module instead."""
+    from imgops.commands.doctor import cuda_engine_info
+    from imgops.engine.device import driver_engine_usable
+    from imgops.engine.ops import GRAY
+    from imgops.io import nvimgcodec_c
+
+    if not driver_engine_usable(GRAY):
+        pytest.skip("the torch engine serves --device cuda here (no fatbin kernels)")
+    if nvimgcodec_c.package_dir() is None or not nvimgcodec_c.verified():
+        pytest.skip("nvImageCodec 0.9 is not installed")
+    monkeypatch.delenv("IMGOPS_NVIMGCODEC_API", raising=False)
+    assert "its C API (-f jpg: its JPEG encoder too" in cuda_engine_info()
+    monkeypatch.setenv("IMGOPS_NVIMGCODEC_API", "python")
+    info = cuda_engine_info()
+    assert "its Python module (IMGOPS_NVIMGCODEC_API=python)" in info and "C API" not in info

@@ -104,7 +104,7 @@ def cuda_engine_info() -> str:
     elif not nvimgcodec_c.verified():
         decoder = f"its Python module (the C API binding is checked for {nvimgcodec_c.VERIFIED})"
     else:
-        decoder = "its C API"
+        decoder = "its C API (-f jpg: its JPEG encoder too, on the decoder's instance)"
     from ..io.png import DEFAULT_LEVEL, device_deflate, gpu_deflate_wanted
 
     if not gpu_deflate_wanted():
