@@ -14,13 +14,12 @@ import io
 import os
 import shutil
 import subprocess
-import threading
-import time
 from pathlib import Path
 
 import cv2
 import numpy as np
 import pytest
+from gil_probe import ticks_while
 
 from imgops.io import gpu_decode, nvimgcodec_c
 
@@ -191,30 +190,14 @@ def test_a_corrupt_file_in_a_batch_fails_alone(decoder):
 def test_the_decoder_starts_and_decodes_without_holding_the_gil():
     """A pure-Python thread keeps running while the instance starts and while a batch decodes
     (the Python module's import holds the GIL for its whole start)."""
-    ticks = 0
-    stop = threading.Event()
 
-    def tick() -> None:
-        nonlocal ticks
-        while not stop.is_set():
-            ticks += 1
-            time.sleep(0.0005)
-
-    runner = threading.Thread(target=tick)
-    runner.start()
-    try:
-        ticks = 0
-        start = time.perf_counter()
+    def start_and_decode() -> None:
         fresh = nvimgcodec_c.CDecoder(cpu_backend=True, threads=1)
         data = (SAMPLES / "flower_progressive_3mp.jpg").read_bytes()
         batch = [fresh.accept(data, 1 << 28) for _ in range(16)]  # ~0.3 s of decoding
         fresh.decode(batch)
-        took = time.perf_counter() - start
-    finally:
-        stop.set()
-        runner.join()
-    # a thread that gets the GIL ticks hundreds of times a second; one starved of it by a
-    # call that holds the GIL (the Python module's import) ticks about once
+
+    ticks, _, took = ticks_while(start_and_decode)
     assert ticks >= 10, (ticks, took)
 
 

@@ -7,13 +7,12 @@ The GPU backends run in tests/test_gpu_jpeg_encode.py's cuda tests and the CLI's
 
 from __future__ import annotations
 
-import threading
-import time
 from pathlib import Path
 
 import cv2
 import numpy as np
 import pytest
+from gil_probe import ticks_while
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -134,31 +133,14 @@ def test_the_instance_lives_while_the_decoder_or_an_encoder_uses_it():
 
 
 def test_it_encodes_without_holding_the_gil():
-    """A pure-Python thread keeps running while a batch encodes (and while the encoder is
-    made); nvImageCodec's output callbacks take the GIL only for a moment each."""
+    """A pure-Python thread keeps running while the encoder is made and a batch encodes;
+    nvImageCodec's output callbacks take the GIL only for a moment each."""
     from imgops.io.nvimgcodec_encode_c import CEncoder
 
-    ticks = 0
-    stop = threading.Event()
-
-    def tick() -> None:
-        nonlocal ticks
-        while not stop.is_set():
-            ticks += 1
-            time.sleep(0.0005)
-
     big = cv2.resize(_rocket(), (2560, 1700))
-    runner = threading.Thread(target=tick)
-    runner.start()
-    try:
-        ticks = 0
-        start = time.perf_counter()
-        fresh = CEncoder(90, cpu_backend=True, threads=1)
-        out = fresh.encode_arrays([big] * 8)
-        took = time.perf_counter() - start
-    finally:
-        stop.set()
-        runner.join()
+    ticks, out, took = ticks_while(
+        lambda: CEncoder(90, cpu_backend=True, threads=1).encode_arrays([big] * 8)
+    )
     assert all(out)
     assert ticks >= 10, (ticks, took)
 
