@@ -813,13 +813,16 @@ def test_the_pinned_pool_limit_can_be_overridden_for_comparisons(
     reason="nvImageCodec not installed",
 )
 def test_jpeg_output_with_the_c_api_decoder_uses_the_c_api_encoder_on_its_instance(
-    tmp_path: Path, fake_driver
+    tmp_path: Path, fake_driver, monkeypatch
 ):
-    """-f jpg where the stage's decoder is the C API's: the JPEG encoder is made on that
-    decoder's instance through the C API (the Python module's factory is never called), its
-    files decode to the gray pixels within JPEG's error, and the instance is given back."""
+    """-f jpg with IMGOPS_JPEG_ENCODER_API=c where the stage's decoder is the C API's: the
+    JPEG encoder is made on that decoder's instance through the C API (the Python module's
+    factory is never called), its files decode to the gray pixels within JPEG's error, and the
+    instance is given back."""
     from imgops.io.nvimgcodec_c import CDecoder
     from imgops.io.nvimgcodec_encode_c import CEncoder
+
+    monkeypatch.setenv("IMGOPS_JPEG_ENCODER_API", "c")
 
     def python_module_encoder():
         raise AssertionError("the Python module's encoder was asked for")
@@ -842,3 +845,29 @@ def test_jpeg_output_with_the_c_api_decoder_uses_the_c_api_encoder_on_its_instan
     decoder.close()  # (the stage only drops it)
     assert decoder._instance_users == 0 and not decoder._instance
     assert FakeDevice.instances[-1].blocks == {}
+
+
+@pytest.mark.skipif(
+    __import__("imgops.io.nvimgcodec_c").io.nvimgcodec_c.package_dir() is None,
+    reason="nvImageCodec not installed",
+)
+@pytest.mark.parametrize("value", [None, "python", "nonsense"])
+def test_jpeg_output_uses_the_python_module_encoder_by_default(
+    tmp_path: Path, fake_driver, monkeypatch, value
+):
+    """Without IMGOPS_JPEG_ENCODER_API=c the engine asks the factory (the Python module's
+    encoder) even where the stage's decoder is the C API's."""
+    from imgops.io.nvimgcodec_c import CDecoder
+
+    if value is None:
+        monkeypatch.delenv("IMGOPS_JPEG_ENCODER_API", raising=False)
+    else:
+        monkeypatch.setenv("IMGOPS_JPEG_ENCODER_API", value)
+    encoder = FakeJpegEncoder(False)
+    decoder = CDecoder(cpu_backend=True, threads=2)
+    settings = PipelineSettings(device="cuda", jobs=2, batch_size=3, fmt="jpg")
+    engine = DriverEngine(GRAY, settings, "cuda", 2, lambda: decoder, lambda: encoder, index=0)
+    _wait_for_stage(engine)
+    results = _run(engine, JPEGS, tmp_path / "dev", fmt="jpg")
+    assert all(r.status == "written" for r in results.values())
+    assert engine._jpeg is encoder and encoder.seen

@@ -104,7 +104,13 @@ def cuda_engine_info() -> str:
     elif not nvimgcodec_c.verified():
         decoder = f"its Python module (the C API binding is checked for {nvimgcodec_c.VERIFIED})"
     else:
-        decoder = "its C API (-f jpg: its JPEG encoder too, on the decoder's instance)"
+        from ..engine.driver import jpeg_encoder_api
+
+        decoder = "its C API" + (
+            " (-f jpg: its JPEG encoder too, on the decoder's instance)"
+            if jpeg_encoder_api() == "c"
+            else " (-f jpg: the Python module's JPEG encoder; IMGOPS_JPEG_ENCODER_API=c: C API)"
+        )
     from ..io.png import DEFAULT_LEVEL, device_deflate, gpu_deflate_wanted
 
     if not gpu_deflate_wanted():

@@ -297,13 +297,16 @@ class DriverEngine(DeviceEngine):
         return encoded
 
     def _make_jpeg_encoder(self, stage: DriverStage) -> Any:
-        """nvImageCodec's JPEG encoder: through the C API on the stage decoder's own instance
-        where that decoder is the C API's (imgops.io.nvimgcodec_encode_c: no second start, no
-        import with the GIL held), else the factory's (the Python module)."""
+        """nvImageCodec's JPEG encoder: the factory's (the Python module), or with
+        IMGOPS_JPEG_ENCODER_API=c, where the stage's decoder is the C API's, the C API encoder
+        on that decoder's own instance (imgops.io.nvimgcodec_encode_c: no second start, no
+        import with the GIL held). Off by default: on its one GPU run (H100, 2026-12-06) it
+        encoded colour images but refused every gray one (the output colour spec it then asked
+        for, GRAY, is now UNCHANGED as the Python module asks; not yet run on a GPU again)."""
         from ..io.nvimgcodec_c import CDecoder
 
         decoder = stage.decoder
-        if isinstance(decoder, CDecoder):
+        if isinstance(decoder, CDecoder) and jpeg_encoder_api() == "c":
             from ..io.nvimgcodec_encode_c import CEncoder
 
             return CEncoder(
@@ -346,6 +349,13 @@ class DriverEngine(DeviceEngine):
             if self.pool is not None:
                 self.pool.close()
             self.stage.close()
+
+
+def jpeg_encoder_api() -> str:
+    """ "c" or "python": IMGOPS_JPEG_ENCODER_API, the API the torch-free engine encodes `-f jpg`
+    through (default "python", until the C API encoder has passed on a GPU)."""
+    value = os.environ.get("IMGOPS_JPEG_ENCODER_API", "python").strip().lower()
+    return "c" if value == "c" else "python"
 
 
 def _deflate_streams() -> int:

@@ -20,6 +20,7 @@ from typing import Any
 from .gpu_decode import GpuDecoderUnavailable, _quiet_stderr
 from .gpu_encode import MAX_GPU_IMAGE_BYTES, GpuEncoderUnavailable
 from .nvimgcodec_c import (
+    _COLORSPEC_UNKNOWN,
     _CPU_ONLY,
     _HW_GPU_ONLY,
     _HYBRID_CPU_GPU,
@@ -40,6 +41,7 @@ from .nvimgcodec_c import (
 _ENCODE_PARAMS, _JPEG_ENCODE_PARAMS = 6, 14
 _QUALITY_TYPE_QUALITY = 2
 _SAMPLING_444, _SAMPLING_420, _SAMPLING_GRAY = 0, 3, 7
+_COLORSPEC_UNCHANGED = _COLORSPEC_UNKNOWN  # nvimgcodec.h: the same value
 
 
 class _EncodeParams(ctypes.Structure):
@@ -248,6 +250,7 @@ class CEncoder:
             pointer, width, height, channels, pitch, host, cuda_stream, codec_name=b"jpeg",
             chroma_subsampling=_SAMPLING_GRAY if channels == 1 else _SAMPLING_420,
         )  # fmt: skip
+        target.color_spec = _COLORSPEC_UNCHANGED  # as the Python module asks (nvJPEG picks)
         return source, target
 
     def _run(self, images: Any, streams: Any, count: int) -> list[int]:
