@@ -4,8 +4,9 @@
 # against an older one (AB_OLD: an older src folder, e.g. `git archive e7c6de1 src | tar x -C D`
 # then AB_OLD=D/src; it gets this build's compiled files), then the switches each change
 # brought, one run each: nvJPEG-only extensions and the parallel start (off by default), glibc's
-# default malloc, OpenBLAS's default threads, a 512 MiB pinned pool, `-f jpg` with the C API JPEG
-# encoder (IMGOPS_JPEG_ENCODER_API=c: its gray outputs must show encode.encode near 0, not OpenCV); the bytes of old and new; the CUDA tests of those areas.
+# default malloc, OpenBLAS's default threads, a 512 MiB pinned pool, `-f jpg` with the C API
+# JPEG encoder (IMGOPS_JPEG_ENCODER_API=c: encode.encode near 0 s means nvJPEG encoded, not
+# OpenCV); the bytes of old and new; the CUDA tests of those areas.
 # `--stats-json` engine seconds are printed with each wall (device.pinning: new buffers pinned).
 # Results: $OUT/pending-*.txt.
 set -uo pipefail
