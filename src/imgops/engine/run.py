@@ -58,9 +58,8 @@ def run_batch(
         except FatalError as error:  # the device failed: the original error, once
             raise error.cause from None
         finally:
-            pool = getattr(engine, "pool", None)
-            if pool is not None:  # (within device.wait_pool: the acquires that allocated)
-                engine.phases.add("device.pinning", pool.allocate_seconds)
+            if engine.pool is not None:  # (within device.wait_pool: the acquires that allocated)
+                engine.phases.add("device.pinning", engine.pool.allocate_seconds)
             summary.engine = engine.phases.snapshot()
             summary.gpu_peak_bytes = engine.gpu_peak_bytes
     summary.wall_seconds = time.perf_counter() - started

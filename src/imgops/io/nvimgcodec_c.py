@@ -409,6 +409,9 @@ class CDecoder:
         self.cpu_backend = cpu_backend
         self._instance = ctypes.c_void_p()
         self._decoder = ctypes.c_void_p()
+        self._instance_users = 1  # the decoder; each encoder made on its instance adds one
+        self._instance_lock = threading.Lock()
+        self._closed = False
         root = package_dir()
         folder = os.path.join(root, "extensions") if root else None
         only = None if cpu_backend else gpu_extensions()
@@ -440,8 +443,6 @@ class CDecoder:
         self._decode_params = _new(_DecodeParams, _DECODE_PARAMS, apply_exif_orientation=1)
         self._allocate: Callable[[int], int] | None = None
         self._free: Callable[[int], None] | None = None
-        self._instance_users = 1  # the decoder; each encoder made on its instance adds one
-        self._instance_lock = threading.Lock()
 
     @property
     def backend(self) -> str:
@@ -477,10 +478,9 @@ class CDecoder:
         if self._decoder:
             self._lib.nvimgcodecDecoderDestroy(self._decoder)
             self._decoder = ctypes.c_void_p()
+        if not self._closed:  # the decoder's own share, once (a failed start's too)
+            self._closed = True
             self.release_instance()
-        elif self._instance and not hasattr(self, "_instance_users"):
-            self._lib.nvimgcodecInstanceDestroy(self._instance)  # (a failed start)
-            self._instance = ctypes.c_void_p()
 
     def __del__(self) -> None:
         # Not while the interpreter shuts down: the CUDA context it decoded in may be gone by
