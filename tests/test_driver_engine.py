@@ -192,11 +192,13 @@ class FakeCandidate:
 
 
 class FakeDecoder:
-    """Decodes JPEGs with OpenCV into pitched buffers (rows padded), RGB or (H, W, 1) gray."""
+    """Decodes JPEGs with OpenCV into pitched buffers (rows padded), RGB or (H, W, 1) gray;
+    files whose bytes are in `fail` fail as nvImageCodec reports it (None, and a reason)."""
 
-    def __init__(self, fail_names: tuple[bytes, ...] = ()) -> None:
-        self.fail_names = fail_names
+    def __init__(self, fail: tuple[bytes, ...] = ()) -> None:
+        self.fail = fail
         self.batches = 0
+        self.last_failures: list[str | None] = []
 
     def warm_up(self, cuda_stream: int = 0) -> None:
         pass
@@ -216,7 +218,13 @@ class FakeDecoder:
         assert cuda_stream == FakeStream.handle  # decodes go on the engine's stream
         self.batches += 1
         out = []
+        self.last_failures = [
+            "saturated (0x2)" if candidate.data in self.fail else None for candidate in batch
+        ]
         for candidate in batch:
+            if candidate.data in self.fail:
+                out.append(None)
+                continue
             pixels = decode_image(candidate.data).pixels  # OpenCV's pixels, EXIF applied
             # nvImageCodec gives RGB, and gray as (H, W, 1)
             pixels = pixels[..., ::-1] if pixels.ndim == 3 else pixels[..., None]
@@ -295,6 +303,31 @@ def test_driver_engine_writes_the_cpu_paths_bytes(tmp_path: Path, fake_driver, l
     assert device.blocks == {}  # every device buffer freed
     assert all(b.closed for b in device.pinned_buffers)  # pinned memory handed back
     assert device.closed and engine.stage.stream.closed and engine.stage.decoder is None
+
+
+def test_a_file_the_gpu_fails_to_decode_takes_the_cpu_path_and_says_why(
+    tmp_path: Path, fake_driver
+):
+    """A file nvImageCodec fails on is converted on the CPU (the same bytes); its result and
+    the run's summary name nvImageCodec's reason."""
+    from imgops.engine.types import Summary
+
+    failing = JPEGS[0]
+    decoder = FakeDecoder(fail=(failing.read_bytes(),))
+    engine = _engine(PipelineSettings(device="cuda", jobs=2, batch_size=3), decoder)
+    _wait_for_stage(engine)
+    results = _run(engine, JPEGS, tmp_path / "dev")
+    expected = _cpu_bytes(JPEGS, tmp_path / "cpu")
+    for name, data in expected.items():
+        assert (tmp_path / "dev" / name).read_bytes() == data, name
+    why = "nvImageCodec could not decode it: saturated (0x2)"
+    fallbacks = {name: r.fallback for name, r in results.items() if r.fallback}
+    assert fallbacks == {f"00-{failing.name}.png": why}
+    assert results[f"00-{failing.name}.png"].decoder == "opencv"
+    summary = Summary()
+    for result in results.values():
+        summary.add(result)
+    assert summary.as_dict()["fallbacks"] == {why: 1}
 
 
 @pytest.mark.parametrize(("gpu_deflate", "streams"), [("default", "4"), ("1", "1"), ("0", "4")])

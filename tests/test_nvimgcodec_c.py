@@ -240,9 +240,10 @@ def _compare_on_the_gpu(tmp_path: Path, device, stream, ours, theirs) -> None:
     reference = theirs.decode([theirs.accept(files[n], 1 << 28) for n in names], stream.handle)
     stream.synchronize()
     compared = 0
-    for name, image, other in zip(names, decoded, reference, strict=True):
+    failures = ours.last_failures
+    for name, image, other, why in zip(names, decoded, reference, failures, strict=True):
         # what the GPU backends refuse (the engine sends it to the CPU path) they refuse alike
-        assert (image is None) == (other is None), name
+        assert (image is None) == (other is None), (name, why)
         if image is None:
             continue
         compared += 1

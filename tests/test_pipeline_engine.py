@@ -454,7 +454,8 @@ def test_gpu_decode_of_every_sample_and_odd_file_is_within_one_level(tmp_path: P
         b = cv2.imread(str(tmp_path / "gpu" / f"{name}.png"), cv2.IMREAD_UNCHANGED)
         assert a.shape == b.shape, name  # EXIF orientation applied the same way
         assert np.abs(a.astype(int) - b.astype(int)).max() <= 2, name
-    assert gpu["rocket_baseline_rgb.jpg"].decoder == "nvimgcodec"
+    rocket = gpu["rocket_baseline_rgb.jpg"]
+    assert rocket.decoder == "nvimgcodec", rocket.fallback
     assert gpu["cmyk.jpg"].decoder == "opencv"
 
 

@@ -481,12 +481,14 @@ class DeviceEngine:
         self._decoded_once = True
         self.phases.add("device.decode_first" if first else "device.decode", took)
         share = took / len(picked)
+        failures = getattr(self.decoder, "last_failures", None) or [None] * len(picked)
         images = {}
-        for i, image in zip(picked, decoded, strict=True):
+        for i, image, failure in zip(picked, decoded, failures, strict=True):
             seconds = batch[i].result.seconds
             seconds["decode"] = seconds.get("decode", 0.0) + share
             if image is None:
-                self._fallback(batch[i], "nvImageCodec could not decode it")
+                why = "nvImageCodec could not decode it"
+                self._fallback(batch[i], f"{why}: {failure}" if failure else why)
             else:
                 images[i] = image
         return _Decoded(batch, images, stream)
@@ -500,6 +502,7 @@ class DeviceEngine:
     def _fallback(self, item: _Item, why: str) -> None:
         """Sends one file through the CPU path (same bits); its result is posted from there."""
         item.extra["fallback"] = why
+        item.result.fallback = why
         data, image = item.data, item.image
         item.data = None
         item.candidate = None

@@ -51,6 +51,9 @@ class JobResult:
     note: str | None = None
     #: Which decoder decoded the file: "opencv" or "nvimgcodec" (None if it was not decoded).
     decoder: str | None = None
+    #: Why a file meant for the device path was converted on the CPU path instead (None if
+    #: it was not): the GPU could not decode it, or the device ran out of memory.
+    fallback: str | None = None
 
 
 @dataclass
@@ -107,6 +110,8 @@ class Summary:
     device: str | None = None
     #: Files each decoder decoded ("opencv", "nvimgcodec").
     decoders: dict[str, int] = field(default_factory=dict)
+    #: Files the device path sent to the CPU path, by reason (JobResult.fallback).
+    fallbacks: dict[str, int] = field(default_factory=dict)
     #: Why the device/decoder were chosen (for -v and doctor-like reports).
     choice: str | None = None
     #: Seconds the device engine's threads spent in each of their phases (waits included):
@@ -127,6 +132,8 @@ class Summary:
             self.failures.append(result)
         if result.decoder is not None:
             self.decoders[result.decoder] = self.decoders.get(result.decoder, 0) + 1
+        if result.fallback is not None:
+            self.fallbacks[result.fallback] = self.fallbacks.get(result.fallback, 0) + 1
         for stage, seconds in result.seconds.items():
             self.stage_seconds[stage] = self.stage_seconds.get(stage, 0.0) + seconds
 
@@ -138,6 +145,7 @@ class Summary:
             "failed": self.failed,
             "device": self.device,
             "decoders": dict(self.decoders),
+            "fallbacks": dict(self.fallbacks),
             "choice": self.choice,
             "wall_seconds": self.wall_seconds,
             "stage_seconds": dict(self.stage_seconds),

@@ -42,6 +42,13 @@ _SAMPLEFORMAT_I_Y, _SAMPLEFORMAT_I_RGB = 4, 8
 _UINT8 = 0x0802
 _BUFFER_DEVICE, _BUFFER_HOST = 1, 2
 _PROCESSING_SUCCESS = 1
+#: nvimgcodecProcessingStatus names, for the reason a file went to the CPU path.
+_PROCESSING_NAMES = {
+    0x0: "no status", 0x2: "saturated", 0x3: "failed", 0x5: "colour spec unsupported",
+    0x7: "image corrupted", 0x9: "orientation unsupported", 0xB: "codec unsupported",
+    0x13: "no backend supports it", 0x21: "sampling unsupported", 0x43: "resolution unsupported",
+    0x83: "code stream unsupported", 0x81: "sample format unsupported",
+}  # fmt: skip
 _MAX_PLANES = 32
 
 
@@ -211,6 +218,11 @@ def _processing_statuses(lib: Any, future: ctypes.c_void_p, count: int) -> list[
         return list(statuses[: size.value]) + [0] * (count - size.value)
     finally:
         lib.nvimgcodecFutureDestroy(future)
+
+
+def processing_status_name(status: int) -> str:
+    """A processing status as words with its value, e.g. "saturated (0x2)"."""
+    return f"{_PROCESSING_NAMES.get(status, 'status')} ({status:#x})"
 
 
 #: nvImageCodec versions (major, minor) whose nvimgcodec.h these structures were checked against;
@@ -441,6 +453,8 @@ class CDecoder:
                 f"nvImageCodec {version()} cannot decode on GPU {device_id}: {error}"
             ) from None
         self._decode_params = _new(_DecodeParams, _DECODE_PARAMS, apply_exif_orientation=1)
+        #: Why each image of the last decode() call failed (None where it was decoded).
+        self.last_failures: list[str | None] = []
         self._allocate: Callable[[int], int] | None = None
         self._free: Callable[[int], None] | None = None
 
@@ -571,12 +585,15 @@ class CDecoder:
                 if image:
                     lib.nvimgcodecImageDestroy(image)
         results: list[Any] = []
+        self.last_failures = []
         for out, status in zip(outputs, statuses, strict=True):
             if status == _PROCESSING_SUCCESS:
                 results.append(out)
+                self.last_failures.append(None)
             else:
                 self.release(out)
                 results.append(None)
+                self.last_failures.append(processing_status_name(status))
         return results
 
     def release(self, out: Any) -> None:
