@@ -109,7 +109,7 @@ def test_the_structures_match_the_wheels_header(tmp_path: Path):
         "NVIMGCODEC_COLORSPEC_SRGB": nvimgcodec_c._COLORSPEC_SRGB,
         "NVIMGCODEC_COLORSPEC_GRAY": nvimgcodec_c._COLORSPEC_GRAY,
         "NVIMGCODEC_COLORSPEC_SYCC": nvimgcodec_c._COLORSPEC_SYCC,
-        "NVIMGCODEC_SAMPLEFORMAT_I_Y": nvimgcodec_c._SAMPLEFORMAT_I_Y,
+        "NVIMGCODEC_SAMPLEFORMAT_P_Y": nvimgcodec_c._SAMPLEFORMAT_P_Y,
         "NVIMGCODEC_SAMPLEFORMAT_I_RGB": nvimgcodec_c._SAMPLEFORMAT_I_RGB,
         "NVIMGCODEC_SAMPLE_DATA_TYPE_UINT8": nvimgcodec_c._UINT8,
         "NVIMGCODEC_IMAGE_BUFFER_KIND_STRIDED_DEVICE": nvimgcodec_c._BUFFER_DEVICE,
@@ -185,6 +185,33 @@ def test_a_corrupt_file_in_a_batch_fails_alone(decoder):
     out = decoder.decode(candidates)
     assert out[0] is not None
     np.testing.assert_array_equal(out[0][..., ::-1], _opencv(good, False))
+    assert decoder.last_failures[0] is None
+    assert (out[1] is None) == (decoder.last_failures[1] is not None)
+
+
+def test_colour_and_gray_images_are_decoded_in_separate_calls(monkeypatch, decoder):
+    """nvJPEG's hardware decoder fails a whole batch that mixes output formats, so a mixed
+    batch becomes one call per kind, and the results keep the batch's order."""
+    files = [p.read_bytes() for p in JPEGS]
+    candidates = [c for c in (decoder.accept(d, 1 << 28) for d in files) if c is not None]
+    mixed = sorted(candidates, key=lambda c: c.gray)[::-1]  # gray first, then colour
+    mixed = mixed[1:] + mixed[:1]
+    assert {c.gray for c in mixed} == {False, True}
+    alone = [decoder.decode([c])[0] for c in mixed]
+    calls: list[int] = []
+    run = decoder._run
+
+    def counting(streams, images, count):
+        calls.append(count)
+        return run(streams, images, count)
+
+    monkeypatch.setattr(decoder, "_run", counting)
+    together = decoder.decode(mixed)
+    grays = sum(c.gray for c in mixed)
+    assert sorted(calls) == sorted([grays, len(mixed) - grays])
+    assert decoder.last_failures == [None] * len(mixed)
+    for one, other in zip(alone, together, strict=True):
+        np.testing.assert_array_equal(one, other)
 
 
 def test_the_decoder_starts_and_decodes_without_holding_the_gil():

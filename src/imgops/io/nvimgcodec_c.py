@@ -38,7 +38,7 @@ _CPU_ONLY, _GPU_ONLY, _HYBRID_CPU_GPU, _HW_GPU_ONLY = 1, 2, 3, 4  # nvimgcodecBa
 _LOAD_HINT_FIXED = 2
 _DEVICE_CPU_ONLY = -99999
 _COLORSPEC_UNKNOWN, _COLORSPEC_SRGB, _COLORSPEC_GRAY, _COLORSPEC_SYCC = 0, 1, 2, 3
-_SAMPLEFORMAT_I_Y, _SAMPLEFORMAT_I_RGB = 4, 8
+_SAMPLEFORMAT_P_Y, _SAMPLEFORMAT_I_RGB = 3, 8
 _UINT8 = 0x0802
 _BUFFER_DEVICE, _BUFFER_HOST = 1, 2
 _PROCESSING_SUCCESS = 1
@@ -185,14 +185,18 @@ def _packed_image_info(
     pointer: int, width: int, height: int, channels: int, pitch: int, host: bool,
     cuda_stream: int, **values: Any,
 ) -> _ImageInfo:  # fmt: skip
-    """An image of one plane of uint8 pixels, gray (I_Y) or RGB (I_RGB), at `pointer` (host
-    or device memory) with rows `pitch` bytes apart; `values` set the other fields."""
+    """An image of one plane of uint8 pixels, gray (P_Y) or RGB (I_RGB), at `pointer` (host
+    or device memory) with rows `pitch` bytes apart; `values` set the other fields.
+
+    Gray is P_Y, as nvImageCodec's Python module and DALI describe it (one plane: the same
+    memory as I_Y): nvJPEG's GPU backends failed every gray image described as I_Y (status
+    0x3 on an H100, decode and encode), which the CPU backend accepted."""
     gray = channels == 1
     info = _new(
         _ImageInfo,
         _IMAGE_INFO,
         color_spec=_COLORSPEC_GRAY if gray else _COLORSPEC_SRGB,
-        sample_format=_SAMPLEFORMAT_I_Y if gray else _SAMPLEFORMAT_I_RGB,
+        sample_format=_SAMPLEFORMAT_P_Y if gray else _SAMPLEFORMAT_I_RGB,
         num_planes=1,
         buffer=pointer,
         buffer_kind=_BUFFER_HOST if host else _BUFFER_DEVICE,
@@ -552,13 +556,32 @@ class CDecoder:
         return None  # CMYK, YCCK, 2 or 4 components, other colour specs
 
     def decode(self, batch: Sequence[Candidate], cuda_stream: int = 0) -> list[Any]:
-        """Decodes a batch in one call; one entry per candidate: the image (a DeviceImage that
-        owns its device memory, or a numpy array with the CPU backend), or None (failed).
+        """Decodes a batch, colour and gray images in one call each; one entry per candidate:
+        the image (a DeviceImage that owns its device memory, or a numpy array with the CPU
+        backend), or None (failed; `last_failures` says why).
 
         Colour images come back (H, W, 3) RGB, gray ones (H, W, 1), uint8, packed rows,
         ordered on `cuda_stream`. A failed image's memory is freed here (stream-ordered).
+        The two kinds are never mixed in one call: nvJPEG's hardware decoder takes one output
+        format per batch and fails the whole batch otherwise (status 0x3 for every image of
+        it, as seen on an H100), as the Python module avoids by decoding them apart too.
         """
+        results: list[Any] = [None] * len(batch)
+        failures: list[str | None] = [None] * len(batch)
+        for gray in (False, True):
+            picked = [i for i, candidate in enumerate(batch) if candidate.gray == gray]
+            if not picked:
+                continue
+            decoded = self._decode_alike([batch[i] for i in picked], cuda_stream)
+            for i, image, why in zip(picked, decoded, self.last_failures, strict=True):
+                results[i], failures[i] = image, why
+        self.last_failures = failures
+        return results
+
+    def _decode_alike(self, batch: Sequence[Candidate], cuda_stream: int) -> list[Any]:
+        """decode() for candidates that are all colour or all gray: one nvImageCodec call."""
         if not batch:
+            self.last_failures = []
             return []
         lib = self._lib
         outputs: list[Any] = []

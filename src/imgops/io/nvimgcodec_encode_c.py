@@ -246,6 +246,8 @@ class CEncoder:
         pointer, height, width, channels, pitch = pixels
         host = self.cpu_backend
         source = _packed_image_info(pointer, width, height, channels, pitch, host, cuda_stream)
+        if channels == 1:  # nvJPEG's CUDA encoder refuses Y input not marked as gray sampling
+            source.chroma_subsampling = _SAMPLING_GRAY
         target = _packed_image_info(
             pointer, width, height, channels, pitch, host, cuda_stream, codec_name=b"jpeg",
             chroma_subsampling=_SAMPLING_GRAY if channels == 1 else _SAMPLING_420,
