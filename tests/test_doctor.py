@@ -94,7 +94,7 @@ def test_doctor_says_where_the_cuda_engine_deflates(monkeypatch):
 
 def test_doctor_says_which_api_decodes_and_encodes_jpeg(monkeypatch):
     """With nvImageCodec 0.9 installed the torch-free engine decodes through the C API, and
-    encodes -f jpg through the Python module unless IMGOPS_JPEG_ENCODER_API=c;
+    encodes -f jpg through it too unless IMGOPS_JPEG_ENCODER_API=python;
     IMGOPS_NVIMGCODEC_API=python names the Python module for both."""
     from imgops.commands.doctor import cuda_engine_info
     from imgops.engine.device import driver_engine_usable
@@ -107,9 +107,9 @@ def test_doctor_says_which_api_decodes_and_encodes_jpeg(monkeypatch):
         pytest.skip("nvImageCodec 0.9 is not installed")
     monkeypatch.delenv("IMGOPS_NVIMGCODEC_API", raising=False)
     monkeypatch.delenv("IMGOPS_JPEG_ENCODER_API", raising=False)
-    assert "its C API (-f jpg: the Python module's JPEG encoder" in cuda_engine_info()
-    monkeypatch.setenv("IMGOPS_JPEG_ENCODER_API", "c")
     assert "its C API (-f jpg: its JPEG encoder too" in cuda_engine_info()
+    monkeypatch.setenv("IMGOPS_JPEG_ENCODER_API", "python")
+    assert "its C API (-f jpg: the Python module's JPEG encoder" in cuda_engine_info()
     monkeypatch.setenv("IMGOPS_NVIMGCODEC_API", "python")
     info = cuda_engine_info()
     assert "its Python module (IMGOPS_NVIMGCODEC_API=python)" in info and "C API" not in info

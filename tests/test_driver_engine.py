@@ -845,17 +845,22 @@ def test_the_pinned_pool_limit_can_be_overridden_for_comparisons(
     __import__("imgops.io.nvimgcodec_c").io.nvimgcodec_c.package_dir() is None,
     reason="nvImageCodec not installed",
 )
+@pytest.mark.parametrize("value", [None, "c", "nonsense"])
 def test_jpeg_output_with_the_c_api_decoder_uses_the_c_api_encoder_on_its_instance(
-    tmp_path: Path, fake_driver, monkeypatch
+    tmp_path: Path, fake_driver, monkeypatch, value
 ):
-    """-f jpg with IMGOPS_JPEG_ENCODER_API=c where the stage's decoder is the C API's: the
+    """-f jpg (by default, or IMGOPS_JPEG_ENCODER_API=c) where the stage's decoder is the C
+    API's: the
     JPEG encoder is made on that decoder's instance through the C API (the Python module's
     factory is never called), its files decode to the gray pixels within JPEG's error, and the
     instance is given back."""
     from imgops.io.nvimgcodec_c import CDecoder
     from imgops.io.nvimgcodec_encode_c import CEncoder
 
-    monkeypatch.setenv("IMGOPS_JPEG_ENCODER_API", "c")
+    if value is None:
+        monkeypatch.delenv("IMGOPS_JPEG_ENCODER_API", raising=False)
+    else:
+        monkeypatch.setenv("IMGOPS_JPEG_ENCODER_API", value)
 
     def python_module_encoder():
         raise AssertionError("the Python module's encoder was asked for")
@@ -884,18 +889,14 @@ def test_jpeg_output_with_the_c_api_decoder_uses_the_c_api_encoder_on_its_instan
     __import__("imgops.io.nvimgcodec_c").io.nvimgcodec_c.package_dir() is None,
     reason="nvImageCodec not installed",
 )
-@pytest.mark.parametrize("value", [None, "python", "nonsense"])
-def test_jpeg_output_uses_the_python_module_encoder_by_default(
-    tmp_path: Path, fake_driver, monkeypatch, value
+def test_jpeg_output_uses_the_python_module_encoder_when_asked(
+    tmp_path: Path, fake_driver, monkeypatch
 ):
-    """Without IMGOPS_JPEG_ENCODER_API=c the engine asks the factory (the Python module's
+    """With IMGOPS_JPEG_ENCODER_API=python the engine asks the factory (the Python module's
     encoder) even where the stage's decoder is the C API's."""
     from imgops.io.nvimgcodec_c import CDecoder
 
-    if value is None:
-        monkeypatch.delenv("IMGOPS_JPEG_ENCODER_API", raising=False)
-    else:
-        monkeypatch.setenv("IMGOPS_JPEG_ENCODER_API", value)
+    monkeypatch.setenv("IMGOPS_JPEG_ENCODER_API", "python")
     encoder = FakeJpegEncoder(False)
     decoder = CDecoder(cpu_backend=True, threads=2)
     settings = PipelineSettings(device="cuda", jobs=2, batch_size=3, fmt="jpg")

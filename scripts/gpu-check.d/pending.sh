@@ -5,7 +5,7 @@
 # then AB_OLD=D/src; it gets this build's compiled files), then the switches each change
 # brought, one run each: nvJPEG-only extensions and the parallel start (off by default), glibc's
 # default malloc, OpenBLAS's default threads, a 512 MiB pinned pool, `-f jpg` with the C API
-# JPEG encoder (IMGOPS_JPEG_ENCODER_API=c: encode.encode near 0 s means nvJPEG encoded, not
+# JPEG encoder (the default since 2026-12-06, =c: encode.encode near 0 s means nvJPEG encoded, not
 # OpenCV); the bytes of old and new; the CUDA tests of those areas.
 # `--stats-json` engine seconds are printed with each wall (device.pinning: new buffers pinned).
 # Results: $OUT/pending-*.txt.

@@ -109,7 +109,7 @@ def cuda_engine_info() -> str:
         decoder = "its C API" + (
             " (-f jpg: its JPEG encoder too, on the decoder's instance)"
             if jpeg_encoder_api() == "c"
-            else " (-f jpg: the Python module's JPEG encoder; IMGOPS_JPEG_ENCODER_API=c: C API)"
+            else " (-f jpg: the Python module's JPEG encoder, IMGOPS_JPEG_ENCODER_API=python)"
         )
     from ..io.png import DEFAULT_LEVEL, device_deflate, gpu_deflate_wanted
 

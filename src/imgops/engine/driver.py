@@ -353,9 +353,10 @@ class DriverEngine(DeviceEngine):
 
 def jpeg_encoder_api() -> str:
     """ "c" or "python": IMGOPS_JPEG_ENCODER_API, the API the torch-free engine encodes `-f jpg`
-    through (default "python", until the C API encoder has passed on a GPU)."""
-    value = os.environ.get("IMGOPS_JPEG_ENCODER_API", "python").strip().lower()
-    return "c" if value == "c" else "python"
+    through where its decoder is the C API's (default "c": nvJPEG's encoder on the decoder's
+    instance; "python": the Python module's encoder, a second instance)."""
+    value = os.environ.get("IMGOPS_JPEG_ENCODER_API", "c").strip().lower()
+    return "python" if value == "python" else "c"
 
 
 def _deflate_streams() -> int:
