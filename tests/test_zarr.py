@@ -14,11 +14,12 @@ import numpy as np
 import pytest
 import tifffile
 import torch
-import zarr
 from click.testing import CliRunner
 from test_hyperstack import hyperstack
 
 from imgops.cli import cli
+
+zarr = pytest.importorskip("zarr")  # the zarr extra (the test extras install it)
 
 ZCYX_META = {"axes": "ZCYX", "spacing": 2.2, "unit": "mm", "Ranges": (0.0, 1000.0, 100.0, 600.0)}
 
