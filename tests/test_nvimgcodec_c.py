@@ -236,6 +236,29 @@ def test_gpu_decoding_without_memory_is_refused():
         fresh.decode([candidate])
 
 
+def test_a_failed_gray_call_gives_the_colour_images_memory_back(monkeypatch):
+    """decode() makes one call per kind; when the second one raises, the first one's images
+    (which own device memory) are freed before the error goes up."""
+    from types import SimpleNamespace
+
+    decoder = nvimgcodec_c.CDecoder(cpu_backend=True, threads=1)
+    freed: list[int] = []
+    decoder.use_memory(lambda n: 0, freed.append)
+
+    def alike(batch, cuda_stream):
+        if batch[0].gray:
+            raise RuntimeError("the gray call failed")
+        decoder.last_failures = [None] * len(batch)
+        return [SimpleNamespace(owned=True, ptr=100 + k) for k in range(len(batch))]
+
+    monkeypatch.setattr(decoder, "_decode_alike", alike)
+    batch = [SimpleNamespace(gray=g) for g in (False, True, False)]
+    with pytest.raises(RuntimeError, match="gray call"):
+        decoder.decode(batch)
+    assert sorted(freed) == [100, 101]
+    decoder.close()
+
+
 @pytest.mark.cuda
 def test_on_the_gpu_it_decodes_what_the_python_module_decodes(tmp_path: Path):
     """GPU backends (hardware engine, then CUDA): the C API binding gives the Python module's

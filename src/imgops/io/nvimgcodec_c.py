@@ -189,8 +189,7 @@ def _packed_image_info(
     or device memory) with rows `pitch` bytes apart; `values` set the other fields.
 
     Gray is P_Y, as nvImageCodec's Python module and DALI describe it (one plane: the same
-    memory as I_Y): nvJPEG's GPU backends failed every gray image described as I_Y (status
-    0x3 on an H100, decode and encode), which the CPU backend accepted."""
+    memory as I_Y; some nvJPEG decoder versions list P_Y as supported but not I_Y)."""
     gray = channels == 1
     info = _new(
         _ImageInfo,
@@ -568,13 +567,18 @@ class CDecoder:
         """
         results: list[Any] = [None] * len(batch)
         failures: list[str | None] = [None] * len(batch)
-        for gray in (False, True):
-            picked = [i for i, candidate in enumerate(batch) if candidate.gray == gray]
-            if not picked:
-                continue
-            decoded = self._decode_alike([batch[i] for i in picked], cuda_stream)
-            for i, image, why in zip(picked, decoded, self.last_failures, strict=True):
-                results[i], failures[i] = image, why
+        try:
+            for gray in (False, True):
+                picked = [i for i, candidate in enumerate(batch) if candidate.gray == gray]
+                if not picked:
+                    continue
+                decoded = self._decode_alike([batch[i] for i in picked], cuda_stream)
+                for i, image, why in zip(picked, decoded, self.last_failures, strict=True):
+                    results[i], failures[i] = image, why
+        except Exception:  # the colour images' memory too, when the gray call failed
+            for out in results:
+                self.release(out)
+            raise
         self.last_failures = failures
         return results
 
