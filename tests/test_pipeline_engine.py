@@ -646,6 +646,29 @@ def test_the_fast_whole_jpeg_check_agrees_with_the_full_scan(name: str):
         assert jpeg_is_whole(data + tail) == (jpeg_structure_problem(data + tail) is None)
 
 
+def test_the_warm_up_jpeg_needs_neither_opencv_nor_numpy():
+    """The GPU stage's warm-up file and its whole-file check import neither OpenCV nor numpy
+    (the stage's thread would wait on those imports); the file is the 128x96 ramp."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from imgops.io.gpu_decode import jpeg_is_whole, warm_up_jpeg\n"
+        "assert jpeg_is_whole(warm_up_jpeg())\n"
+        "print(sorted(m for m in ('cv2', 'numpy') if m in sys.modules))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]"
+    from imgops.io.gpu_decode import warm_up_jpeg
+
+    image = cv2.imdecode(np.frombuffer(warm_up_jpeg(), np.uint8), cv2.IMREAD_COLOR)
+    ramp = np.add.outer(np.arange(96), np.arange(128)).astype(np.uint8)
+    expected = np.dstack([ramp, ramp[::-1], 255 - ramp])
+    assert image.shape == (96, 128, 3)
+    assert np.abs(image.astype(int) - expected).mean() < 2
+
+
 @needs_nvimgcodec
 def test_files_take_the_cpu_path_while_torch_starts(tmp_path: Path, monkeypatch):
     """While torch/CUDA start, prep threads run whole files through the CPU path (the same

@@ -262,16 +262,50 @@ class BatchDecoder:
         return results
 
 
-def warm_up_jpeg() -> bytes:
-    """A small colour JPEG (128x96 ramps, OpenCV's encoder) for a decoder's warm-up decode."""
-    import cv2
-    import numpy as np
+#: A small colour JPEG (128x96 ramps, made once with OpenCV's encoder at its defaults), base64:
+#: a constant, so that a decoder's warm-up imports neither OpenCV nor numpy (the GPU stage's
+#: thread would otherwise wait for those imports, ~0.3-0.8 s, before its first decode).
+_WARM_UP_JPEG = (
+    "/9j/4AAQSkZJRgABAQAAAQABAAD/2wBDAAIBAQEBAQIBAQECAgICAgQDAgICAgUEBAMEBgUGBgYFBgYGBwkIBgcJ"
+    "BwYGCAsICQoKCgoKBggLDAsKDAkKCgr/2wBDAQICAgICAgUDAwUKBwYHCgoKCgoKCgoKCgoKCgoKCgoKCgoKCgoK"
+    "CgoKCgoKCgoKCgoKCgoKCgoKCgoKCgoKCgr/wAARCABgAIADASIAAhEBAxEB/8QAHwAAAQUBAQEBAQEAAAAAAAAA"
+    "AAECAwQFBgcICQoL/8QAtRAAAgEDAwIEAwUFBAQAAAF9AQIDAAQRBRIhMUEGE1FhByJxFDKBkaEII0KxwRVS0fAk"
+    "M2JyggkKFhcYGRolJicoKSo0NTY3ODk6Q0RFRkdISUpTVFVWV1hZWmNkZWZnaGlqc3R1dnd4eXqDhIWGh4iJipKT"
+    "lJWWl5iZmqKjpKWmp6ipqrKztLW2t7i5usLDxMXGx8jJytLT1NXW19jZ2uHi4+Tl5ufo6erx8vP09fb3+Pn6/8QA"
+    "HwEAAwEBAQEBAQEBAQAAAAAAAAECAwQFBgcICQoL/8QAtREAAgECBAQDBAcFBAQAAQJ3AAECAxEEBSExBhJBUQdh"
+    "cRMiMoEIFEKRobHBCSMzUvAVYnLRChYkNOEl8RcYGRomJygpKjU2Nzg5OkNERUZHSElKU1RVVldYWVpjZGVmZ2hp"
+    "anN0dXZ3eHl6goOEhYaHiImKkpOUlZaXmJmaoqOkpaanqKmqsrO0tba3uLm6wsPExcbHyMnK0tPU1dbX2Nna4uPk"
+    "5ebn6Onq8vP09fb3+Pn6/9oADAMBAAIRAxEAPwC3Bff7VXYL7/armYL7/aq7BfD1r/P2jlumx/p5mU9zpoL73q5B"
+    "fe9c1Bfe9XYL73r1qOW7aH5/mU9zpYL7/aq7Bf8AvXNQX/8AtVdgvvevVo5brsfn+ZT3OlgvversF971zMF971dg"
+    "vvevVo5bpsfn+ZT3Omgvv9qrsF9/tVzMF9/tVdt77p81etRy3bQ/P8ynudNBff7VXIL7/armoL7/AGquwX3+1XrU"
+    "ct02Pz/Mp7nSwX3+1V2C+/2q5qC+/wBqrkF97161HLdtD8/zKe500F9/tVdgvveuZgvv9qrsF9716tHLddj8/wAy"
+    "nufEsF971dgvv9quagvversF/wD7VflFHLdNj/bbMp7nSwX/AL1dgvveuZgvversF97161HLdtD8/wAynudNBfe9"
+    "XYL7/armYL73q7Bff7VerRy3XY/P8ynudNBff7VXYL7/AGq5m3vunzVdgvv9qvVo5bpsfn+ZT3Olgvv9qrsF9/tV"
+    "zUF9/tVdgvv9qvWo5btofn+ZT3Olgvv9qrsF9/tVzMF971dgvv8Aar1qOW6bH59mU9zpoL73q7Bfe9czBfe9XYL7"
+    "3r1qOW7aH5/mU9zpoL73q5Bff7Vc1Bfe9XYL7/ar1aOW67H5/mU9z4lgvversF971zMF971dgvvevyijlumx/ttm"
+    "U9zpoL7/AGquwX3+1XMwX3+1V23vunzV61HLdtD8/wAynudLBff7VXYL7/armoL7/aq7Bff7VerRy3XY/P8AMp7n"
+    "SwX3+1V2C+/2q5mC+/2quwX3+1Xq0ct02Pz/ADKe500F9/tVdgvveuZgvv8Aaq7Bfe9etRy3bQ/P8ynudNBfe9XY"
+    "L73rmYL73q7Bfe9etRy3TY/P8ynudLBff7VXYL73rmoL7/aq7Bfe9etRy3bQ/P8AMp7nSwX3vV2C+/2q5qC+/wBq"
+    "rkF9/tV61HLddj8/zKe58TQX3+1VyC+/2q5q3vunzVdgvv8Aar8no5bpsf7bZlPc6WC+/wBqrsF9/tVzUF9/tVcg"
+    "vv8Aar1qOW7aH5/mU9zpoL7/AGquwX3+1XMwX3+1V2C+/wBqvVo5brsfn+ZT3OmgvversF971zMF971dgvvevVo5"
+    "bpsfn+ZT3OlgvversF9/tVzUF971dgvv9qvWo5btofn+ZT3OlgvversF971zUF971cgvv9qvXo5bpsfn+ZT3Omgv"
+    "v9qrsF9/tVzMF9/tVdgvv9qvVo5btofn+ZT3Omgvv9qrsF9/tVzMF90+arsF9/tV61HLddj8/wAynufEsF9/tVdg"
+    "vv8AarmYL7/aq7Bff7Vfk9HLdNj/AG2zKe500F9/tVdgvveuZgvv9qrsF97161HLdtD8/wAynudNBfe9XIL73rmo"
+    "L73q7Bfe9etRy3XY/P8AMp7nSwX3+1V2C+965qC+/wBqrsF9716tHLdNj8/zKe50sF971dgvj61zMF971dgvv9qv"
+    "Vo5btofn+ZT3Omgvv9qrsF9/tVzMF9/tVdgvunzV69HLdNj8+zKe500F9/tVcgvv9quagvv9qrsF9716tHLdtD8/"
+    "zKe50sF9/tVdgvv9quagvverkF97161HLddj8/zKe58TQX3vV2C+965mC+96uwX3vX5RRy3TY/22zKe50sF971dg"
+    "vv8AarmoL73q7Bff7VerRy3bQ/P8ynudLBfe9XYL73rmoL73q5Bfe9etRy3XY/P8ynudNBfH1q7Bff7VczBff7VX"
+    "YL7/AGq9Wjlumx+f5lPc6aC+/wBqrsF9/tVzMF90+arsF9/tV6tHLdtD8/zKe50sF9/tVdgvv9quagvversF9716"
+    "9HLdNj8/zKe50sF9/tVdgvh61zMF971dgvv9qvVo5btofn+ZT3OmgvversF/71zMF/71dgvvevWo5brsfn+ZT3P/"
+    "2Q=="
+)
 
-    ramp = np.add.outer(np.arange(96), np.arange(128)).astype(np.uint8)
-    ok, data = cv2.imencode(".jpg", np.dstack([ramp, ramp[::-1], 255 - ramp]))
-    if not ok:
-        raise RuntimeError("OpenCV could not encode the warm-up JPEG")
-    return data.tobytes()
+
+def warm_up_jpeg() -> bytes:
+    """A small colour JPEG (128x96 ramps, 4:2:0 baseline) for a decoder's warm-up decode."""
+    import base64
+
+    return base64.b64decode(_WARM_UP_JPEG)
 
 
 def jpeg_is_whole(data: bytes) -> bool:
@@ -281,8 +315,6 @@ def jpeg_is_whole(data: bytes) -> bool:
     bytes the end-of-image marker, is answered from the headers alone; anything else is
     scanned in full. (The scan holds the GIL: ~0.2-0.8 ms a photo, on every prep thread.)
     """
-    from .images import jpeg_structure_problem
-
     end, pos = len(data), 2
     if data.endswith(b"\xff\xd9"):
         while pos + 4 <= end and data[pos] == 0xFF:
@@ -296,6 +328,8 @@ def jpeg_is_whole(data: bytes) -> bool:
             if 0xD0 <= marker <= 0xD9 or marker == 0x01:
                 break  # not where headers belong: let the full check say what it is
             pos += 2 + int.from_bytes(data[pos + 2 : pos + 4], "big")
+    from .images import jpeg_structure_problem  # (numpy: only off the usual files' path)
+
     return jpeg_structure_problem(data) is None
 
 
