@@ -4,9 +4,9 @@
 # against an older one (AB_OLD: an older src folder, e.g. `git archive e7c6de1 src | tar x -C D`
 # then AB_OLD=D/src; it gets this build's compiled files), then the switches each change
 # brought, one run each: nvJPEG-only extensions and the parallel start (off by default), glibc's
-# default malloc, OpenBLAS's default threads, a 512 MiB pinned pool, `-f jpg` with the C API
-# JPEG encoder (the default since 2026-12-06, =c: encode.encode near 0 s means nvJPEG encoded, not
-# OpenCV); the bytes of old and new; the CUDA tests of those areas.
+# default malloc, OpenBLAS's default threads, a 512 MiB pinned pool, `-f jpg` with the Python
+# module's JPEG encoder (the C API's is the default since 2026-12-06; encode.encode near 0 s
+# means nvJPEG encoded, not OpenCV); the bytes of old and new; the CUDA tests of those areas.
 # `--stats-json` engine seconds are printed with each wall (device.pinning: new buffers pinned).
 # Results: $OUT/pending-*.txt.
 set -uo pipefail
@@ -55,7 +55,8 @@ print(d.get('decoders'), {k: round(v, 2) for k, v in d['engine_seconds'].items()
   IMGOPS_MALLOC=default gray "800 cpu, glibc's default malloc" "$NEW" "$BATCH" --device cpu
   OPENBLAS_NUM_THREADS=$(nproc) gray "800 cpu, OpenBLAS's threads" "$NEW" "$BATCH" --device cpu
   IMGOPS_PINNED_MIB=512 gray "3200 cuda, 512 MiB pinned pool" "$NEW" "$BIG" --device cuda
-  IMGOPS_JPEG_ENCODER_API=c gray "800 cuda -f jpg, C API encoder" "$NEW" "$BATCH" --device cuda -f jpg
+  IMGOPS_JPEG_ENCODER_API=python gray "800 cuda -f jpg, the Python module's encoder" "$NEW" \
+    "$BATCH" --device cuda -f jpg
 } 2>&1 | tee "$OUT/pending-walls.txt"
 same() { (cd "$1" && for f in *; do cmp -s "$f" "$2/$f" && echo same; done | wc -l); }
 rm -rf /tmp/imgops-pa /tmp/imgops-pb; mkdir -p /tmp/imgops-pa /tmp/imgops-pb
@@ -72,6 +73,6 @@ $PY -m pytest -q -p no:cacheprovider -m "cuda and not slow" tests/test_driver_en
   tests/test_cli_gray.py tests/test_pipeline_engine.py tests/test_nvimgcodec_c.py \
   tests/test_nvimgcodec_encode_c.py tests/test_gpu_jpeg_encode.py tests/test_native_write.py \
   >"$OUT/pending-tests.txt" 2>&1
-IMGOPS_JPEG_ENCODER_API=c $PY -m pytest -q -p no:cacheprovider -m "cuda and not slow" \
-  tests/test_gpu_jpeg_encode.py >"$OUT/pending-tests-jpeg-c.txt" 2>&1
+IMGOPS_JPEG_ENCODER_API=python $PY -m pytest -q -p no:cacheprovider -m "cuda and not slow" \
+  tests/test_gpu_jpeg_encode.py >"$OUT/pending-tests-jpeg-python.txt" 2>&1
 echo "cuda tests rc=$? $(tail -n 1 "$OUT/pending-tests.txt")"
