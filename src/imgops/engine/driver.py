@@ -297,12 +297,10 @@ class DriverEngine(DeviceEngine):
         return encoded
 
     def _make_jpeg_encoder(self, stage: DriverStage) -> Any:
-        """nvImageCodec's JPEG encoder: the factory's (the Python module), or with
-        IMGOPS_JPEG_ENCODER_API=c, where the stage's decoder is the C API's, the C API encoder
-        on that decoder's own instance (imgops.io.nvimgcodec_encode_c: no second start, no
-        import with the GIL held). Off by default: on its one GPU run (H100, 2026-12-06) it
-        encoded colour images but refused every gray one (the output colour spec it then asked
-        for, GRAY, is now UNCHANGED as the Python module asks; not yet run on a GPU again)."""
+        """nvImageCodec's JPEG encoder: where the stage's decoder is the C API's, the C API
+        encoder on that decoder's own instance (imgops.io.nvimgcodec_encode_c: no second start,
+        no import with the GIL held); else, or with IMGOPS_JPEG_ENCODER_API=python, the
+        factory's (the Python module)."""
         from ..io.nvimgcodec_c import CDecoder
 
         decoder = stage.decoder
