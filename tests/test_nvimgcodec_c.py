@@ -12,6 +12,7 @@ from __future__ import annotations
 import ctypes
 import io
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -140,6 +141,23 @@ def test_the_structures_match_the_wheels_header(tmp_path: Path):
     assert build.returncode == 0, build.stderr
     printed = subprocess.run([str(binary)], capture_output=True, text=True, check=True)
     assert [int(v) for v in printed.stdout.split()] == expected
+
+
+def test_every_processing_status_of_the_header_has_a_name():
+    """A GPU decode failure's reason names the status (as the header's enumerator says it),
+    not only its number: every value the wheel's header defines is in the table."""
+    header = Path(nvimgcodec_c.package_dir() or "", "include", "nvimgcodec.h")
+    if not header.exists():
+        pytest.skip("no nvimgcodec.h")
+    found = re.findall(
+        r"NVIMGCODEC_PROCESSING_STATUS_(\w+)\s*=\s*(0x[0-9a-fA-F]+)", header.read_text()
+    )
+    assert len(found) > 15, found  # the pattern still reads the header
+    values = {name: int(value, 16) for name, value in found if name != "SUCCESS"}
+    unnamed = {n: hex(v) for n, v in values.items() if v not in nvimgcodec_c._PROCESSING_NAMES}
+    assert not unnamed
+    assert nvimgcodec_c.processing_status_name(0x2001) == "tiling unsupported (0x2001)"
+    assert nvimgcodec_c.processing_status_name(0x4001) == "status (0x4001)"
 
 
 def test_accept_agrees_with_the_python_module(tmp_path: Path, decoder):

@@ -46,8 +46,13 @@ _PROCESSING_SUCCESS = 1
 _PROCESSING_NAMES = {
     0x0: "no status", 0x2: "saturated", 0x3: "failed", 0x5: "colour spec unsupported",
     0x7: "image corrupted", 0x9: "orientation unsupported", 0xB: "codec unsupported",
-    0x13: "no backend supports it", 0x21: "sampling unsupported", 0x43: "resolution unsupported",
-    0x83: "code stream unsupported", 0x81: "sample format unsupported",
+    0x11: "region unsupported", 0x13: "no backend supports it", 0x21: "sampling unsupported",
+    0x23: "encoding unsupported", 0x41: "sample type unsupported",
+    0x43: "resolution unsupported", 0x81: "sample format unsupported",
+    0x83: "code stream unsupported", 0x101: "number of images unsupported",
+    0x201: "number of planes unsupported", 0x401: "number of channels unsupported",
+    0x801: "quality type unsupported", 0x1001: "quality value unsupported",
+    0x2001: "tiling unsupported",
 }  # fmt: skip
 _MAX_PLANES = 32
 
