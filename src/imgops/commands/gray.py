@@ -288,10 +288,11 @@ def _prestart_cuda(settings) -> None:
 
     index = driver_gpu_if_present(settings, GRAY)
     if index is not None:
-        from ..engine.driver_stage import prestart
+        from ..engine.driver_stage import prestart, prestart_arena_bytes
         from ..engine.types import default_jobs
 
-        prestart(index, settings.jobs or default_jobs())
+        arena = prestart_arena_bytes(settings.pinned_bytes)
+        prestart(index, settings.jobs or default_jobs(), pinned_arena_bytes=arena)
 
 
 def _discard_prestarted() -> None:

@@ -159,3 +159,91 @@ class BufferPool:
                 self._held -= buffer.nbytes
                 if self._dispose is not None:
                     self._dispose(buffer)
+
+
+class PinnedArena:
+    """One large pinned allocation (made while the GPU starts, off the device thread's path),
+    handed out in pieces of whole granules: the pool's buffers without pinning each one.
+
+    `take(n)` gives a piece (first fit) or None when no free run is long enough (the caller
+    then pins a buffer of its own); a piece's `close()` gives it back, and free neighbours
+    merge. Thread-safe. `close()` frees the whole allocation: no piece may be used after.
+    """
+
+    def __init__(self, memory: Any, granule: int = GRANULE) -> None:
+        self.memory = memory  # .ptr, .nbytes, .close(): e.g. a cuda_driver.PinnedBuffer
+        self.granule = max(1, granule)
+        self._free: list[tuple[int, int]] = [(0, memory.nbytes // self.granule)]  # granules
+        self._lock = threading.Lock()
+        self.taken = 0  # pieces handed out, in all (for tests and stats)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes the arena can hand out (whole granules)."""
+        return (self.memory.nbytes // self.granule) * self.granule
+
+    def free_bytes(self) -> int:
+        """Bytes not handed out now."""
+        with self._lock:
+            return sum(count for _, count in self._free) * self.granule
+
+    def take(self, nbytes: int) -> ArenaPiece | None:
+        """A piece of at least `nbytes` (rounded up to whole granules), or None."""
+        need = max(1, -(-nbytes // self.granule))
+        with self._lock:
+            for i, (start, count) in enumerate(self._free):
+                if count >= need:
+                    if count == need:
+                        del self._free[i]
+                    else:
+                        self._free[i] = (start + need, count - need)
+                    self.taken += 1
+                    return ArenaPiece(self, start, need)
+        return None
+
+    def _give(self, start: int, count: int) -> None:
+        with self._lock:
+            spans = self._free
+            spans.append((start, count))
+            spans.sort()
+            merged: list[tuple[int, int]] = []
+            for begin, length in spans:
+                if merged and merged[-1][0] + merged[-1][1] == begin:
+                    merged[-1] = (merged[-1][0], merged[-1][1] + length)
+                else:
+                    merged.append((begin, length))
+            self._free = merged
+
+    def close(self) -> None:
+        """Frees the allocation (idempotent)."""
+        self.memory.close()
+
+
+class ArenaPiece:
+    """Part of a PinnedArena: `ptr`, `nbytes`, `array()`, `close()` as a pinned buffer has."""
+
+    def __init__(self, arena: PinnedArena, start: int, count: int) -> None:
+        self._arena, self._start, self._count = arena, start, count
+        self.ptr = arena.memory.ptr + start * arena.granule
+        self.nbytes = count * arena.granule
+        self.closed = False
+
+    def __repr__(self) -> str:
+        return f"ArenaPiece(0x{self.ptr:x}, {self.nbytes})"
+
+    def array(self) -> Any:
+        """A flat uint8 numpy view of all nbytes (no copy); valid until close()."""
+        import ctypes
+
+        import numpy as np
+
+        if self.closed:
+            raise ValueError("the arena piece was given back")
+        raw = (ctypes.c_uint8 * self.nbytes).from_address(self.ptr)
+        return np.frombuffer(raw, dtype=np.uint8)
+
+    def close(self) -> None:
+        """Gives the piece back to its arena (idempotent)."""
+        if not self.closed:
+            self.closed = True
+            self._arena._give(self._start, self._count)
