@@ -160,6 +160,20 @@ def test_every_processing_status_of_the_header_has_a_name():
     assert nvimgcodec_c.processing_status_name(0x4001) == "status (0x4001)"
 
 
+def test_every_call_status_of_the_header_has_a_name():
+    header = Path(nvimgcodec_c.package_dir() or "", "include", "nvimgcodec.h")
+    if not header.exists():
+        pytest.skip("no nvimgcodec.h")
+    found = dict(re.findall(r"NVIMGCODEC_STATUS_(\w+)\s*=\s*(\d+),", header.read_text()))
+    assert len(found) > 15 and found.pop("SUCCESS") == "0", found
+    for name, value in found.items():  # the header's words, in lower case, begin ours
+        ours = nvimgcodec_c._STATUS_NAMES[int(value)].replace(" ", "_").replace("-", "_")
+        assert ours.upper().startswith(name.replace("CODESTREAM", "CODE_STREAM")), (name, ours)
+    error = nvimgcodec_c.NvImgCodecError("nvimgcodecDecoderCreate", 7)
+    assert str(error).startswith("nvimgcodecDecoderCreate failed with nvImageCodec status 7 (arch")
+    assert str(nvimgcodec_c.NvImgCodecError("x", 99)) == "x failed with nvImageCodec status 99"
+
+
 def test_accept_agrees_with_the_python_module(tmp_path: Path, decoder):
     python = gpu_decode.BatchDecoder(cpu_backend=True)
     files = {p.name: p.read_bytes() for p in JPEGS} | _odd_files(tmp_path)

@@ -384,8 +384,26 @@ class NvImgCodecError(RuntimeError):
     """A library call failed: `status` is its nvimgcodecStatus_t."""
 
     def __init__(self, call: str, status: int) -> None:
-        super().__init__(f"{call} failed with nvImageCodec status {status}")
+        name = _STATUS_NAMES.get(status)
+        said = f"{status} ({name})" if name else str(status)
+        super().__init__(f"{call} failed with nvImageCodec status {said}")
         self.call, self.status = call, status
+
+
+#: nvimgcodecStatus_t, as nvimgcodec.h names them (7, "arch mismatch", is what a decoder or an
+#: encoder made for backends with no implementation of the codec fails with).
+_STATUS_NAMES = {
+    1: "not initialized", 2: "invalid parameter", 3: "bad code stream",
+    4: "code stream unsupported", 5: "allocator failure", 6: "execution failed",
+    7: "arch mismatch: no backend of the kinds asked for implements it", 8: "internal error",
+    9: "implementation unsupported", 10: "missed dependencies",
+    11: "extension not initialized", 12: "extension invalid parameter",
+    13: "extension bad code stream", 14: "extension code stream unsupported",
+    15: "extension allocator failure", 16: "extension arch mismatch",
+    17: "extension internal error", 18: "extension implementation not supported",
+    19: "extension incomplete bitstream", 20: "extension execution failed",
+    21: "extension CUDA call error",
+}  # fmt: skip
 
 
 def _check(call: str, status: int) -> None:
