@@ -630,88 +630,20 @@ def test_a_prestarted_stage_is_adopted_and_kept_to_the_end_of_the_process(
     assert other.stage is not stage and other.stage.release
 
 
-@pytest.mark.parametrize("fail_pin", [False, True])
-def test_a_prestarted_stage_pins_an_arena_for_the_pool_meanwhile(
-    tmp_path: Path, fake_driver, monkeypatch, fail_pin
-):
-    """The command line asks the stage to pin the pool's memory while it starts: the pool's
-    buffers are then pieces of that arena (past it, buffers pinned one by one), the bytes are
-    the CPU path's, and every piece comes back. An arena that cannot be pinned changes nothing
-    but the way buffers are pinned."""
-    from imgops.engine import driver_stage
-
-    if fail_pin:
-        real_pinned = FakeDevice.pinned
-
-        def pinned(self, nbytes: int):
-            if nbytes == 6 << 20:
-                raise cuda_driver.CudaError(2, "cuMemHostAlloc")
-            return real_pinned(self, nbytes)
-
-        monkeypatch.setattr(FakeDevice, "pinned", pinned)
-    decoder = FakeDecoder()
-    monkeypatch.setattr(driver_stage, "make_decoder", lambda index, threads: decoder)
-    monkeypatch.setattr(driver_stage, "_kept", [])
-    stage = driver_stage.prestart(0, 2, pinned_arena_bytes=6 << 20)
-    stage.future.result(timeout=20)
-    arena = stage.pinned_arena()
-    assert (arena is None) == fail_pin and (stage.arena_problem is not None) == fail_pin
-    engine = _engine(PipelineSettings(device="cuda", jobs=2, batch_size=3), FakeDecoder())
-    assert engine.stage is stage
-    paths = JPEGS * 2
-    done = _run(engine, paths, tmp_path / "dev")
-    _assert_written_as_on_the_cpu(done, paths, tmp_path)
-    device = FakeDevice.instances[-1]
-    if arena is not None:
-        assert arena.taken >= 1 and arena.free_bytes() == arena.nbytes  # all given back
-        assert len(device.pinned_buffers) >= 2  # the arena, and buffers past it
-    assert all(b.closed for b in device.pinned_buffers[1 - fail_pin :])  # the pool's own
-    assert driver_stage._kept == [stage]
-
-
-def test_a_stage_that_releases_frees_its_arena_and_the_switch_turns_it_off(
-    fake_driver, monkeypatch
-):
-    from imgops.engine import driver_stage
-
-    stage = driver_stage.DriverStage(0, None, pinned_arena_bytes=1 << 20)
-    stage.future.result(timeout=20)
-    arena = stage.pinned_arena()
-    assert arena is not None and arena.nbytes == 1 << 20
-    stage.close()
-    assert arena.memory.closed and stage.device.closed
-    assert driver_stage.DriverStage(0, None).pinned_arena() is None  # none asked for
-    monkeypatch.setenv("IMGOPS_PINNED_MIB", "3")
-    monkeypatch.setenv("IMGOPS_PINNED_ARENA", "1")
-    assert driver_stage.prestart_arena_bytes(2 << 30) == 3 << 20
-    monkeypatch.setenv("IMGOPS_PINNED_ARENA", "0")
-    assert driver_stage.prestart_arena_bytes(2 << 30) == 0
-    monkeypatch.delenv("IMGOPS_PINNED_ARENA")
-    on = driver_stage.PINNED_ARENA_DEFAULT == "1"
-    assert driver_stage.prestart_arena_bytes(2 << 30) == (3 << 20 if on else 0)
-
-
 def test_the_command_line_prestarts_only_where_the_driver_engine_will_run(monkeypatch):
     from imgops.commands import gray as gray_command
     from imgops.engine import device as device_choice
     from imgops.engine import driver_stage
 
     started: list[tuple[int, int]] = []
-    arenas: list[int] = []
-
-    def prestart(index: int, threads: int, *, pinned_arena_bytes: int = 0) -> None:
-        started.append((index, threads))
-        arenas.append(pinned_arena_bytes)
-
-    monkeypatch.setattr(driver_stage, "prestart", prestart)
-    monkeypatch.delenv("IMGOPS_PINNED_MIB", raising=False)
-    monkeypatch.setenv("IMGOPS_PINNED_ARENA", "1")
+    monkeypatch.setattr(
+        driver_stage, "prestart", lambda index, threads: started.append((index, threads))
+    )
     monkeypatch.setattr(device_choice, "driver_engine_usable", lambda op: op is GRAY)
     monkeypatch.setattr(device_choice, "cuda_device_count", lambda: pytest.fail("cuInit"))
     monkeypatch.setattr(device_choice.gpu_decode, "installed", lambda: True)
     gray_command._prestart_cuda(PipelineSettings(device="cuda:1", jobs=3))
     assert started == [(1, 3)]
-    assert arenas == [2 << 30]  # the pool's whole limit is pinned while the stage starts
     many = device_choice.CUDA_MIN_FILES_DRIVER
     for settings in (
         PipelineSettings(device="cpu", jobs=3),
@@ -830,9 +762,7 @@ def test_gray_on_a_missing_gpu_leaves_no_prestarted_stage(tmp_path: Path, monkey
     made: list[object] = []
     real_prestart = driver_stage.prestart
     monkeypatch.setattr(
-        driver_stage,
-        "prestart",
-        lambda index, threads, **kw: made.append(real_prestart(index, threads, **kw)),
+        driver_stage, "prestart", lambda index, threads: made.append(real_prestart(index, threads))
     )
     source = tmp_path / "in.jpg"
     source.write_bytes(JPEGS[0].read_bytes())

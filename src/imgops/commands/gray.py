@@ -288,11 +288,10 @@ def _prestart_cuda(settings) -> None:
 
     index = driver_gpu_if_present(settings, GRAY)
     if index is not None:
-        from ..engine.driver_stage import prestart, prestart_arena_bytes
+        from ..engine.driver_stage import prestart
         from ..engine.types import default_jobs
 
-        arena = prestart_arena_bytes(settings.pinned_bytes)
-        prestart(index, settings.jobs or default_jobs(), pinned_arena_bytes=arena)
+        prestart(index, settings.jobs or default_jobs())
 
 
 def _discard_prestarted() -> None:

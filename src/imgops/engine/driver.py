@@ -37,13 +37,7 @@ import numpy as np
 from ..io.png import device_deflate, gpu_deflate_wanted
 from .batched import DeviceEngine, _encode_png_filtered, _Item
 from .buffers import BufferPool
-from .driver_stage import (
-    DeviceImage,
-    DriverStage,
-    device_image,
-    pinned_limit,
-    take_prestarted,
-)
+from .driver_stage import DeviceImage, DriverStage, device_image, take_prestarted
 from .types import join_notes
 
 __all__ = ["DeviceImage", "DriverEngine", "DriverStage", "device_image"]
@@ -93,17 +87,11 @@ class DriverEngine(DeviceEngine):
     def _first_batch(self, stage: Any) -> None:
         """The pinned pool from the driver (its buffers freed at the end) and the row encoder;
         nothing was decoded before the stage (decodes wait for its stream)."""
-        arena = stage.pinned_arena()  # pinned while the stage started, if it was asked to
-
-        def allocate(nbytes: int) -> Any:
-            piece = arena.take(nbytes) if arena is not None else None
-            return piece if piece is not None else stage.device.pinned(nbytes)
-
         self.pool = BufferPool(
-            pinned_limit(self.settings.pinned_bytes),
+            _pinned_limit(self.settings.pinned_bytes),
             pin=True,
-            allocate=allocate,
-            dispose=lambda buffer: buffer.close(),  # (an arena's piece goes back to it)
+            allocate=stage.device.pinned,
+            dispose=lambda buffer: buffer.close(),
         )
         self.filtered = _encode_png_filtered()
         self.deflate = None  # imgops._cli_kernels where the device deflates (its framing)
@@ -377,6 +365,17 @@ def _deflate_streams() -> int:
         return max(1, int(value))
     except ValueError:
         return 4
+
+
+def _pinned_limit(default: int) -> int:
+    """Bytes of pinned host buffers the pool may hold: IMGOPS_PINNED_MIB (MiB, for comparisons:
+    a smaller pool pins less while the batch runs, a larger one waits less for the encode
+    threads), else the settings' pinned_bytes."""
+    value = os.environ.get("IMGOPS_PINNED_MIB", "").strip()
+    try:
+        return int(value) << 20 if value and int(value) > 0 else default
+    except ValueError:
+        return default
 
 
 def _host_view(buffer: Any, nbytes: int, out: DeviceImage, pitch: int, rows: bool) -> np.ndarray:

@@ -78,25 +78,13 @@ class DriverStage:
 
     cuda = True
 
-    def __init__(
-        self,
-        index: int,
-        decoder_factory: Any = None,
-        *,
-        release: bool = True,
-        pinned_arena_bytes: int = 0,
-    ) -> None:
+    def __init__(self, index: int, decoder_factory: Any = None, *, release: bool = True) -> None:
         self.index = index
         self.release = release
         self._decoder_factory = decoder_factory
         self.decoder: Any = None
         self.decoder_problem: str | None = None
         self._side: list[Any] = []  # side_streams()
-        #: `pinned_arena_bytes` > 0: that much host memory is pinned in a thread of its own as
-        #: soon as the context exists (pinned_arena()), while nvImageCodec starts.
-        self._arena_bytes = max(0, pinned_arena_bytes)
-        self._arena: Future[Any] | None = None
-        self.arena_problem: str | None = None
         self.future: Future[DriverStage] = Future()
         threading.Thread(target=self._start, name="imgops-cuda-start", daemon=True).start()
 
@@ -111,9 +99,6 @@ class DriverStage:
             from . import cuda_driver
 
             self.device = cuda_driver.Device(self.index)
-            if self._arena_bytes:
-                self._arena = Future()
-                threading.Thread(target=self._pin_arena, name="imgops-pin", daemon=True).start()
             self.stream = self.device.stream()
             self.kernels = cuda_driver.Kernels(self.device)
             if self._decoder_factory is not None:
@@ -132,23 +117,6 @@ class DriverStage:
             self.future.set_exception(error)
         else:
             self.future.set_result(self)
-
-    def _pin_arena(self) -> None:
-        """Pins the arena (the context is current in this thread too); None where it fails."""
-        from .buffers import PinnedArena
-
-        assert self._arena is not None
-        try:
-            arena = PinnedArena(self.device.pinned(self._arena_bytes))
-        except Exception as error:  # out of pinned memory: the pool pins buffer by buffer
-            self.arena_problem = str(error)
-            arena = None
-        self._arena.set_result(arena)
-
-    def pinned_arena(self) -> Any:
-        """The PinnedArena made while the stage started (waits for its pinning), or None
-        where none was asked for or it could not be pinned."""
-        return None if self._arena is None else self._arena.result()
 
     def bind(self, decoder: Any) -> None:
         """Gives a decoder that decodes into memory of ours (imgops.io.nvimgcodec_c) the
@@ -176,9 +144,6 @@ class DriverStage:
             _keep_until_exit(self)
             return
         self.decoder = None
-        arena = self.pinned_arena()
-        if arena is not None:  # (the engine's pool gave its pieces back before)
-            arena.close()
         for stream in self._side:
             stream.close()
         self.stream.close()
@@ -241,37 +206,11 @@ def _fill(future: Future[Any], make: Any) -> None:
         future.set_exception(error)
 
 
-def pinned_limit(default: int) -> int:
-    """Bytes of pinned host buffers the pool may hold: IMGOPS_PINNED_MIB (MiB, for comparisons:
-    a smaller pool pins less while the batch runs, a larger one waits less for the encode
-    threads), else the settings' pinned_bytes."""
-    value = os.environ.get("IMGOPS_PINNED_MIB", "").strip()
-    try:
-        return int(value) << 20 if value and int(value) > 0 else default
-    except ValueError:
-        return default
-
-
-#: Whether a prestarted stage pins the pool's memory up front (IMGOPS_PINNED_ARENA "1"/"0"
-#: overrides): passes the stand-in driver's tests, not yet timed on a GPU, so off by default.
-PINNED_ARENA_DEFAULT = "0"
-
-
-def prestart_arena_bytes(pinned_bytes: int) -> int:
-    """How much host memory a prestarted stage pins while it starts, for the engine's pool:
-    all of the pool's limit (pinned_limit) with IMGOPS_PINNED_ARENA=1, else 0 (each buffer is
-    pinned when the pool first needs it, on the device thread)."""
-    if os.environ.get("IMGOPS_PINNED_ARENA", PINNED_ARENA_DEFAULT).strip() != "1":
-        return 0
-    return pinned_limit(pinned_bytes)
-
-
-def prestart(index: int, threads: int, *, pinned_arena_bytes: int = 0) -> DriverStage:
+def prestart(index: int, threads: int) -> DriverStage:
     """Starts the stage for GPU `index` now, with nvImageCodec's decoder (`threads` CPU threads,
     as the engine would make it), for the next DriverEngine on that GPU (take_prestarted).
     Only for a process that exits after its batch (the command line): the stage is kept, not
-    released, at the end (DriverStage.close). `pinned_arena_bytes`: host memory pinned for the
-    engine's pool while the stage starts (DriverStage)."""
+    released, at the end (DriverStage.close)."""
 
     def decoder_factory() -> Any:
         return make_decoder(index, threads)
@@ -279,9 +218,7 @@ def prestart(index: int, threads: int, *, pinned_arena_bytes: int = 0) -> Driver
     with _prestart_lock:
         stage = _prestarted.get(index)
         if stage is None:
-            stage = _prestarted[index] = DriverStage(
-                index, decoder_factory, release=False, pinned_arena_bytes=pinned_arena_bytes
-            )
+            stage = _prestarted[index] = DriverStage(index, decoder_factory, release=False)
         return stage
 
 
