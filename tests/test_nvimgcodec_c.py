@@ -260,6 +260,51 @@ def test_the_decoder_starts_and_decodes_without_holding_the_gil():
     assert ticks >= 10, (ticks, took)
 
 
+_HOLD_PROBE = """
+import ctypes, hashlib, json, sys
+from pathlib import Path
+from imgops.io import nvimgcodec_c as c
+lib = c.library()
+flags = {n: bool(getattr(lib, n)._flags_ & ctypes._FUNCFLAG_PYTHONAPI) for n in c.QUICK_CALLS}
+slow = bool(lib.nvimgcodecDecoderDecode._flags_ & ctypes._FUNCFLAG_PYTHONAPI)
+decoder = c.CDecoder(cpu_backend=True, threads=2)
+digests = []
+for path in sorted(Path(sys.argv[1]).glob("*.jpg")):
+    candidate = decoder.accept(path.read_bytes(), 1 << 28)
+    if candidate is not None:
+        (image,) = decoder.decode([candidate])
+        digests.append(hashlib.sha256(image.tobytes()).hexdigest())
+print(json.dumps([flags, slow, digests]))
+"""
+
+
+@pytest.mark.parametrize("mode", ["hold", "release"])
+def test_quick_calls_keep_the_gil_only_when_asked_and_decode_the_same(mode):
+    """IMGOPS_NVIMGCODEC_GIL=hold binds the per-image calls (QUICK_CALLS) through
+    ctypes.PyDLL; the decode call and the rest still release the GIL; the pixels are the
+    same either way (a fresh process each: the library is bound once per process)."""
+    import json
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-c", _HOLD_PROBE, str(SAMPLES)],
+        capture_output=True, text=True, timeout=120,
+        env={**os.environ, "IMGOPS_NVIMGCODEC_GIL": mode},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    flags, slow, digests = json.loads(done.stdout.strip().splitlines()[-1])
+    assert set(flags.values()) == {mode == "hold"} and not slow
+    expected = []
+    for path in JPEGS:
+        decoder = nvimgcodec_c.CDecoder(cpu_backend=True, threads=2)
+        candidate = decoder.accept(path.read_bytes(), 1 << 28)
+        if candidate is not None:
+            (image,) = decoder.decode([candidate])
+            expected.append(__import__("hashlib").sha256(image.tobytes()).hexdigest())
+        decoder.close()
+    assert digests == expected and len(digests) >= 3
+
+
 def test_gpu_decoding_without_memory_is_refused():
     fresh = nvimgcodec_c.CDecoder(cpu_backend=True, threads=1)
     fresh.cpu_backend = False  # as on a GPU: outputs must come from use_memory()

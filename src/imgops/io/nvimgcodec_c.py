@@ -336,8 +336,39 @@ def library() -> Any:
     for name, args in signatures.items():
         function = getattr(lib, name)
         function.argtypes, function.restype = args, ctypes.c_int
+    if quick_calls_hold_gil():
+        holding = ctypes.PyDLL(path, handle=lib._handle)
+        for name in QUICK_CALLS:
+            held = getattr(holding, name)
+            held.argtypes, held.restype = signatures[name], ctypes.c_int
+            setattr(lib, name, held)
     _library = lib
     return lib
+
+
+#: Calls that take microseconds per image and never call back into Python: with
+#: IMGOPS_NVIMGCODEC_GIL=hold they keep the GIL (ctypes.PyDLL on the same handle) instead of
+#: handing it to one of the engine's ~35 threads and waiting to win it back, once per image on
+#: the prep threads (code stream, image info) and the decode thread (image create, destroy).
+#: Decode, encode, the futures and the instance and decoder starts always release it (the
+#: encoder's resize callback runs on nvImageCodec's own threads).
+QUICK_CALLS = (
+    "nvimgcodecCodeStreamCreateFromHostMem",
+    "nvimgcodecCodeStreamGetImageInfo",
+    "nvimgcodecCodeStreamDestroy",
+    "nvimgcodecImageCreate",
+    "nvimgcodecImageDestroy",
+)
+
+#: "release" (every call releases the GIL) until "hold" is timed on a GPU host.
+NVIMGCODEC_GIL_DEFAULT = "release"
+
+
+def quick_calls_hold_gil() -> bool:
+    """Whether QUICK_CALLS keep the GIL (IMGOPS_NVIMGCODEC_GIL=hold|release), read once when
+    the library is loaded."""
+    value = os.environ.get("IMGOPS_NVIMGCODEC_GIL", NVIMGCODEC_GIL_DEFAULT).strip().lower()
+    return value == "hold"
 
 
 #: The extensions a GPU decoder loads (IMGOPS_NVIMGCODEC_EXTENSIONS: "all", or names such as
