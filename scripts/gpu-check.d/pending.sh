@@ -55,6 +55,11 @@ print(d.get('decoders'), {k: round(v, 2) for k, v in d['engine_seconds'].items()
   IMGOPS_MALLOC=default gray "800 cpu, glibc's default malloc" "$NEW" "$BATCH" --device cpu
   OPENBLAS_NUM_THREADS=$(nproc) gray "800 cpu, OpenBLAS's threads" "$NEW" "$BATCH" --device cpu
   IMGOPS_PINNED_MIB=512 gray "3200 cuda, 512 MiB pinned pool" "$NEW" "$BIG" --device cuda
+  for round in 1 2 3; do  # nvImageCodec's per-image calls keeping the GIL (2026-12-06, untimed)
+    gray "3200 cuda, nvImageCodec calls release the GIL" "$NEW" "$BIG" --device cuda
+    IMGOPS_NVIMGCODEC_GIL=hold gray "3200 cuda, per-image nvImageCodec calls hold the GIL" \
+      "$NEW" "$BIG" --device cuda
+  done
   IMGOPS_JPEG_ENCODER_API=python gray "800 cuda -f jpg, the Python module's encoder" "$NEW" \
     "$BATCH" --device cuda -f jpg
 } 2>&1 | tee "$OUT/pending-walls.txt"
