@@ -2,11 +2,15 @@
 the interpreter's start, the imports, the planning, the CUDA prestart, the engine, and the way
 out, each as milliseconds since the process was created (from /proc/self/stat).
 
-    python scripts/timeline.py TIMELINE.txt gray DIR -d OUT -q --device cuda
+    python scripts/timeline.py [--engine] TIMELINE.txt gray DIR -d OUT -q --device cuda
 
 runs imgops' CLI with those arguments and appends one line per event to TIMELINE.txt (the exit
 itself, after os._exit or sys.exit, is timed by the caller: the file's last line is the moment
-the process asked to leave). Linux only (the process start time comes from /proc).
+the process asked to leave). `--engine` also marks the device engine's inside: the CUDA stage's
+start and readiness, each decode call and device batch, and every 50th file of the CPU path
+(it imports the engine's modules, numpy among them, before the CLI runs, so everything before
+the prestart moves ~0.1 s later than in a plain run). Linux only (the process start time comes
+from /proc).
 """
 
 from __future__ import annotations
@@ -60,10 +64,53 @@ def _wrap(module, name: str) -> None:
     setattr(module, name, timed)
 
 
+def _wrap_method(cls, name: str, label: str) -> None:
+    """Replaces cls.name by a method that marks its entry and exit (with its first argument's
+    length, where it has one: a batch's files)."""
+    inner = getattr(cls, name)
+
+    def timed(self, *args, **kwargs):
+        size = len(args[0]) if args and hasattr(args[0], "__len__") else ""
+        mark(f"{label} enter {size}")
+        try:
+            return inner(self, *args, **kwargs)
+        finally:
+            mark(f"{label} return {size}")
+
+    setattr(cls, name, timed)
+
+
+def _mark_engine() -> None:
+    """Marks the device engine's inside (see the module docstring)."""
+    from imgops.engine import batched, driver, driver_stage
+
+    _wrap_method(driver_stage.DriverStage, "_start", "CUDA stage start")
+    _wrap_method(batched.DeviceEngine, "_decode_batch", "decode call")
+    _wrap_method(driver.DriverEngine, "_run_batch", "device batch")
+    finish = batched.DeviceEngine._finish_on_host
+    done = [0]
+
+    def finish_counted(self, item, start):
+        finish(self, item, start)
+        with _LOCK:
+            done[0] += 1
+            count = done[0]
+        if count % 50 == 0:
+            mark(f"CPU path: {count} files")
+
+    batched.DeviceEngine._finish_on_host = finish_counted
+
+
 def main() -> None:
-    """Runs imgops' CLI with sys.argv[2:], marking its stages into sys.argv[1]."""
+    """Runs imgops' CLI with the arguments after TIMELINE.txt, marking its stages into it."""
+    engine = sys.argv[1:2] == ["--engine"]
+    if engine:
+        del sys.argv[1]
     path = sys.argv[1]
     mark("python up (timeline.py runs)")
+    if engine:
+        _mark_engine()
+        mark("engine marks in place")
     import imgops.cli as cli
 
     mark("imported imgops.cli")
