@@ -283,6 +283,7 @@ def test_quick_calls_keep_the_gil_only_when_asked_and_decode_the_same(mode):
     """IMGOPS_NVIMGCODEC_GIL=hold binds the per-image calls (QUICK_CALLS) through
     ctypes.PyDLL; the decode call and the rest still release the GIL; the pixels are the
     same either way (a fresh process each: the library is bound once per process)."""
+    import hashlib
     import json
     import sys
 
@@ -300,7 +301,7 @@ def test_quick_calls_keep_the_gil_only_when_asked_and_decode_the_same(mode):
         candidate = decoder.accept(path.read_bytes(), 1 << 28)
         if candidate is not None:
             (image,) = decoder.decode([candidate])
-            expected.append(__import__("hashlib").sha256(image.tobytes()).hexdigest())
+            expected.append(hashlib.sha256(image.tobytes()).hexdigest())
         decoder.close()
     assert digests == expected and len(digests) >= 3
 
