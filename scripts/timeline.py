@@ -50,43 +50,33 @@ def _flush(path: str) -> None:
         out.write("\n".join(_LINES) + "\n")
 
 
-def _wrap(module, name: str) -> None:
-    """Replaces module.name by a function that marks its entry and exit."""
-    inner = getattr(module, name)
+def _wrap(owner, name: str, label: str | None = None, sized_argument: int | None = None) -> None:
+    """Replaces owner.name (a module's function or a class's method) by one that marks its entry
+    and exit as `label` (default: the name), with the length of positional argument
+    `sized_argument` where given (a method's batch: 1, after self)."""
+    inner = getattr(owner, name)
+    label = label or name
 
     def timed(*args, **kwargs):
-        mark(f"{name} enter")
+        size = ""
+        if sized_argument is not None and len(args) > sized_argument:
+            size = f" {len(args[sized_argument])}"
+        mark(f"{label} enter{size}")
         try:
             return inner(*args, **kwargs)
         finally:
-            mark(f"{name} return")
+            mark(f"{label} return{size}")
 
-    setattr(module, name, timed)
-
-
-def _wrap_method(cls, name: str, label: str) -> None:
-    """Replaces cls.name by a method that marks its entry and exit (with its first argument's
-    length, where it has one: a batch's files)."""
-    inner = getattr(cls, name)
-
-    def timed(self, *args, **kwargs):
-        size = len(args[0]) if args and hasattr(args[0], "__len__") else ""
-        mark(f"{label} enter {size}")
-        try:
-            return inner(self, *args, **kwargs)
-        finally:
-            mark(f"{label} return {size}")
-
-    setattr(cls, name, timed)
+    setattr(owner, name, timed)
 
 
 def _mark_engine() -> None:
     """Marks the device engine's inside (see the module docstring)."""
     from imgops.engine import batched, driver, driver_stage
 
-    _wrap_method(driver_stage.DriverStage, "_start", "CUDA stage start")
-    _wrap_method(batched.DeviceEngine, "_decode_batch", "decode call")
-    _wrap_method(driver.DriverEngine, "_run_batch", "device batch")
+    _wrap(driver_stage.DriverStage, "_start", "CUDA stage start")
+    _wrap(batched.DeviceEngine, "_decode_batch", "decode call", sized_argument=1)
+    _wrap(driver.DriverEngine, "_run_batch", "device batch", sized_argument=2)
     finish = batched.DeviceEngine._finish_on_host
     done = [0]
 
