@@ -749,6 +749,71 @@ def test_a_failed_or_unused_prestarted_stage_is_never_adopted(
     assert driver_stage.take_prestarted(0) is None
 
 
+def test_a_warm_stage_serves_batch_after_batch_with_its_pinned_buffers(
+    tmp_path: Path, fake_driver, monkeypatch
+):
+    """In a process that keeps stages warm (imgops serve): each batch adopts the stage
+    prestart() made, with the decoder and the pinned buffers of the batches before it, writes
+    the CPU path's bytes, and gives the stage back at its end; nothing is kept for an exit,
+    and a discard (the end of a command) leaves it; `--device auto` then picks the warm GPU
+    for a batch of any size."""
+    from imgops.engine import device as device_choice
+    from imgops.engine import driver_stage
+
+    decoder = FakeDecoder()
+    monkeypatch.setattr(driver_stage, "make_decoder", lambda index, threads: decoder)
+    monkeypatch.setattr(driver_stage, "_kept", [])
+    monkeypatch.setattr(driver_stage, "_prestarted", {})
+    monkeypatch.setattr(driver_stage, "_warm", False)
+    monkeypatch.setattr(device_choice, "driver_engine_usable", lambda op: op is GRAY)
+    assert device_choice.warm_gpu() is None
+    driver_stage.keep_warm()
+    stage = driver_stage.prestart(0, 2)
+    stage.future.result(timeout=20)
+    assert device_choice.warm_gpu() == 0
+    plan = device_choice.choose(PipelineSettings(device="auto", jobs=2, expected_files=1), GRAY)
+    assert (plan.device, plan.decoder) == ("cuda", "gpu") and "warm" in plan.why
+    expected = _cpu_bytes(JPEGS, tmp_path / "cpu")
+    pools = []
+    for round_ in range(3):
+        engine = _engine(PipelineSettings(device="cuda", jobs=2, batch_size=3), FakeDecoder())
+        assert engine.stage is stage
+        assert driver_stage.warm_stages() == {}  # taken while the batch runs
+        results = _run(engine, JPEGS, tmp_path / f"dev{round_}")
+        assert {r.decoder for r in results.values()} == {"nvimgcodec"}
+        for name, data in expected.items():
+            assert (tmp_path / f"dev{round_}" / name).read_bytes() == data, (round_, name)
+        pools.append(stage.pinned_pool)
+        driver_stage.discard_prestarted()  # what each command does at its end
+        assert driver_stage.warm_stages() == {0: stage}
+    device = FakeDevice.instances[-1]
+    assert len(FakeDevice.instances) == 1 and not device.closed and device.blocks == {}
+    assert pools[0] is not None and pools == [pools[0]] * 3  # pinned once, reused
+    assert not any(buffer.closed for buffer in device.pinned_buffers)
+    assert driver_stage._kept == [] and not driver_stage.holds_kept_stage()
+    assert decoder.batches >= 3
+
+
+def test_a_warm_stage_whose_stream_fails_is_not_reused(tmp_path: Path, fake_driver, monkeypatch):
+    """A stage whose stream cannot drain (a failed context) is never handed to a later batch."""
+    from imgops.engine import driver_stage
+
+    monkeypatch.setattr(driver_stage, "make_decoder", lambda index, threads: FakeDecoder())
+    monkeypatch.setattr(driver_stage, "_kept", [])
+    monkeypatch.setattr(driver_stage, "_prestarted", {})
+    monkeypatch.setattr(driver_stage, "_warm", True)
+    stage = driver_stage.prestart(0, 2)
+    stage.future.result(timeout=20)
+    assert driver_stage.take_prestarted(0) is stage
+
+    def fail() -> None:
+        raise cuda_driver.CudaError(700, "cuStreamSynchronize")
+
+    monkeypatch.setattr(stage.stream, "synchronize", fail)
+    stage.close()
+    assert driver_stage.warm_stages() == {} and driver_stage._kept == [stage]
+
+
 def test_gray_on_a_missing_gpu_leaves_no_prestarted_stage(tmp_path: Path, monkeypatch):
     from click.testing import CliRunner
 

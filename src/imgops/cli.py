@@ -19,6 +19,7 @@ from .commands.bin import bin_command
 from .commands.doctor import doctor
 from .commands.gray import gray
 from .commands.normvol import normvol
+from .commands.serve import serve
 from .io import decoder_warnings, signals
 from .io.atomic import remove_pending_temporaries
 
@@ -69,10 +70,12 @@ cli.add_command(normvol)
 cli.add_command(bin_command)
 cli.add_command(bench)
 cli.add_command(doctor)
+cli.add_command(serve)
 
 
-#: Commands whose decoders (OpenCV's libpng, libjpeg, libtiff) print on descriptor 2.
-_DECODING_COMMANDS = frozenset({"gray"})
+#: Commands whose decoders (OpenCV's libpng, libjpeg, libtiff) print on descriptor 2 (serve:
+#: the gray commands it runs).
+_DECODING_COMMANDS = frozenset({"gray", "serve"})
 
 
 def _decodes_images(args: list[str]) -> bool:
@@ -98,38 +101,53 @@ def single_threaded_blas() -> None:
 def main() -> None:
     """Entry point: runs the CLI; Ctrl-C exits 130 and SIGTERM 143, leaving no partial output.
 
-    For commands that decode images, warnings that C libraries print on descriptor 2 are
-    captured from here on and reported with the file they came from (imgops.io.decoder_warnings).
+    With IMGOPS_SERVER set, a command a server can run is handed to the `imgops serve` process
+    (imgops.serve.client), which is already warm; without a server it runs here. For commands
+    that decode images, warnings that C libraries print on descriptor 2 are captured from here
+    on and reported with the file they came from (imgops.io.decoder_warnings).
     """
+    from .serve import client
+
+    forwarded = client.forward(sys.argv[1:])
+    if forwarded is not None:
+        sys.exit(forwarded)
     single_threaded_blas()
     signals.install()
     if _decodes_images(sys.argv[1:]):
         decoder_warnings.install()  # libpng/libjpeg lines: attributed to their file, not raw
+    _leave(run_command(None))
+
+
+def run_command(args: list[str] | None) -> int:
+    """Runs one command line (`args` without the program name; None: sys.argv) and returns its
+    exit status: errors print one line (the traceback too with -v), Ctrl-C prints
+    "interrupted" and gives 130. The process's state (signals, descriptor 2) is the caller's:
+    main() here, or the `imgops serve` loop for each command it is handed."""
     try:
-        result = cli.main(standalone_mode=False)
-    except click.exceptions.Abort:
+        result = cli.main(args=args, standalone_mode=False)
+    except (click.exceptions.Abort, KeyboardInterrupt):
         remove_pending_temporaries()
         click.echo("imgops: interrupted", err=True)
-        sys.exit(130)
-    except KeyboardInterrupt:
-        remove_pending_temporaries()
-        click.echo("imgops: interrupted", err=True)
-        sys.exit(130)
+        return 130
     except click.ClickException as error:
         error.show()
-        sys.exit(error.exit_code)
+        return error.exit_code
     except click.exceptions.Exit as done:
-        _leave(done.exit_code)
+        return done.exit_code
     except BrokenPipeError:
-        sys.exit(1)
+        return 1
+    except SystemExit as done:
+        return done.code if isinstance(done.code, int) else (0 if done.code is None else 1)
     except Exception as error:  # anything unexpected: one line unless -v asks for the traceback
         remove_pending_temporaries()
         if VERBOSITY.verbose:
-            raise
+            import traceback
+
+            traceback.print_exc()
+            return 1
         click.echo(f"imgops: error: {type(error).__name__}: {error}", err=True)
-        sys.exit(1)
-    else:
-        _leave(result if isinstance(result, int) else 0)
+        return 1
+    return result if isinstance(result, int) else 0
 
 
 def _leave(code: int) -> NoReturn:

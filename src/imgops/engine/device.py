@@ -137,6 +137,8 @@ def choose(settings: PipelineSettings, op: Any = None) -> Plan:
 def _choose_auto(settings: PipelineSettings, op: Any = None) -> Plan:
     files = settings.expected_files
     driver = driver_engine_usable(op)
+    if driver and settings.decoder != "cpu" and warm_gpu() == 0:
+        return Plan("cuda", "gpu", "auto: a warm GPU stage (imgops serve)")
     least = CUDA_MIN_FILES_DRIVER if driver else CUDA_MIN_FILES
     if files is None or files < least:
         return Plan("cpu", "cpu", f"auto: {files or 'an unknown number of'} files, CUDA from "
@@ -171,8 +173,28 @@ def driver_gpu_if_present(settings: PipelineSettings, op: Any = None) -> int | N
         return None
     if device == "auto":
         files = settings.expected_files
-        return 0 if files is not None and files >= CUDA_MIN_FILES_DRIVER else None
+        if warm_gpu() == 0 or (files is not None and files >= CUDA_MIN_FILES_DRIVER):
+            return 0
+        return None
     return _index(device)
+
+
+def warm_gpu() -> int | None:
+    """GPU 0 where this process keeps a started stage for it, with nvImageCodec's decoder,
+    warm for the next batch (`imgops serve`; imgops.engine.driver_stage.keep_warm); else None.
+    `--device auto` sends a batch of any size there: CUDA_MIN_FILES_DRIVER is the price of the
+    start, which a warm stage has paid."""
+    import sys
+
+    stages = sys.modules.get("imgops.engine.driver_stage")
+    if stages is None:
+        return None
+    stage = stages.warm_stages().get(0)
+    if stage is None or not stages.keeps_warm(stage) or not stage.future.done():
+        return None
+    if stage.future.exception() is not None or stage.decoder is None:
+        return None
+    return 0
 
 
 def _index(device: str) -> int:

@@ -37,7 +37,13 @@ import numpy as np
 from ..io.png import device_deflate, gpu_deflate_wanted
 from .batched import DeviceEngine, _encode_png_filtered, _Item
 from .buffers import BufferPool
-from .driver_stage import DeviceImage, DriverStage, device_image, take_prestarted
+from .driver_stage import (
+    DeviceImage,
+    DriverStage,
+    device_image,
+    keeps_warm,
+    take_prestarted,
+)
 from .types import join_notes
 
 __all__ = ["DeviceImage", "DriverEngine", "DriverStage", "device_image"]
@@ -85,14 +91,20 @@ class DriverEngine(DeviceEngine):
         return stage.stream_handle()
 
     def _first_batch(self, stage: Any) -> None:
-        """The pinned pool from the driver (its buffers freed at the end) and the row encoder;
-        nothing was decoded before the stage (decodes wait for its stream)."""
-        self.pool = BufferPool(
-            _pinned_limit(self.settings.pinned_bytes),
-            pin=True,
-            allocate=stage.device.pinned,
-            dispose=lambda buffer: buffer.close(),
-        )
+        """The pinned pool from the driver (its buffers freed at the end, unless the stage is
+        kept warm: then they stay with it) and the row encoder; nothing was decoded before the
+        stage (decodes wait for its stream)."""
+        limit = _pinned_limit(self.settings.pinned_bytes)
+        pool = stage.pinned_pool  # a warm stage's, pinned by an earlier batch
+        if pool is None:
+            pool = BufferPool(
+                limit, pin=True, allocate=stage.device.pinned, dispose=lambda b: b.close()
+            )
+            if keeps_warm(stage):
+                stage.pinned_pool = pool
+        pool.limit = limit
+        pool.allocate_seconds = 0.0  # (this batch's pinning, for device.pinning)
+        self.pool = pool
         self.filtered = _encode_png_filtered()
         self.deflate = None  # imgops._cli_kernels where the device deflates (its framing)
         if self.filtered and gpu_deflate_wanted():
@@ -344,7 +356,7 @@ class DriverEngine(DeviceEngine):
             if jpeg is not None and hasattr(jpeg, "close"):
                 jpeg.close()  # (a C API encoder gives the decoder's instance back)
             self.decoder = None
-            if self.pool is not None:
+            if self.pool is not None and self.pool is not self.stage.pinned_pool:
                 self.pool.close()
             self.stage.close()
 

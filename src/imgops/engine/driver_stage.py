@@ -19,6 +19,7 @@ from typing import Any
 _prestarted: dict[int, DriverStage] = {}
 _prestart_lock = threading.Lock()
 _kept: list[Any] = []
+_warm = False  # keep_warm(): a kept stage goes back for the next batch (imgops serve)
 
 
 @dataclass
@@ -85,6 +86,8 @@ class DriverStage:
         self.decoder: Any = None
         self.decoder_problem: str | None = None
         self._side: list[Any] = []  # side_streams()
+        #: Pinned host buffers a warm stage keeps between batches (imgops.engine.driver).
+        self.pinned_pool: Any = None
         self.future: Future[DriverStage] = Future()
         threading.Thread(target=self._start, name="imgops-cuda-start", daemon=True).start()
 
@@ -131,19 +134,34 @@ class DriverStage:
         """Waits for the start (at most `timeout`), drains the stream, then releases the
         decoder, the stream and the context, so no native thread outlives the batch.
 
-        A stage made with `release=False` (the command line's, whose process exits right after
-        the batch) is drained but kept: destroying nvImageCodec's decoder holds the GIL for
-        ~0.3 s on the H200 host, and the driver reclaims all of it when the process exits.
+        A stage made with `release=False` (prestart's) is drained but kept: in a process that
+        keeps stages warm (keep_warm, `imgops serve`) it goes back for the next batch on its
+        GPU; otherwise (the command line, whose process exits right after the batch) it is kept
+        to the exit: destroying nvImageCodec's decoder holds the GIL for ~0.3 s on the H200
+        host, and the driver reclaims all of it when the process exits. A stage whose stream
+        fails to drain is never reused.
         """
         try:
             self.future.result(timeout)
         except BaseException:  # it never started (that error was reported), or still is
             return
-        self.synchronize()
-        if not self.release:
+        try:
+            self.synchronize()
+        except Exception:  # a failed context (e.g. an illegal address): never reused
+            if self.release:
+                raise
             _keep_until_exit(self)
             return
+        if not self.release:
+            if _warm:
+                with _prestart_lock:
+                    _prestarted.setdefault(self.index, self)
+            else:
+                _keep_until_exit(self)
+            return
         self.decoder = None
+        if self.pinned_pool is not None:
+            self.pinned_pool.close()
         for stream in self._side:
             stream.close()
         self.stream.close()
@@ -248,9 +266,31 @@ def take_prestarted(index: int) -> DriverStage | None:
 
 def discard_prestarted() -> None:
     """Forgets the stages no engine took (a batch that failed before its engine started), so
-    that no later batch in this process adopts one."""
+    that no later batch in this process adopts one; warm stages (keep_warm) stay."""
+    if _warm:
+        return
     with _prestart_lock:
         _prestarted.clear()
+
+
+def keep_warm() -> None:
+    """From now on this process keeps its prestarted stages between batches (`imgops serve`):
+    each batch on a GPU adopts the stage prestart() made for it, context, kernels, decoder and
+    pinned buffers already warm, and gives it back at its end instead of keeping it for the
+    exit. Not undone: the stages live as long as the process."""
+    global _warm
+    _warm = True
+
+
+def keeps_warm(stage: DriverStage) -> bool:
+    """Whether `stage` goes back for the next batch at its end (keep_warm)."""
+    return _warm and not stage.release
+
+
+def warm_stages() -> dict[int, DriverStage]:
+    """The stages waiting for the next batch, by GPU (started or still starting)."""
+    with _prestart_lock:
+        return dict(_prestarted)
 
 
 def holds_kept_stage() -> bool:

@@ -1,0 +1,163 @@
+"""`imgops serve`: a process that stays warm, so that later `imgops gray`, `bin` and `normvol`
+calls (with IMGOPS_SERVER set) skip the start-up: the imports, and on a GPU the CUDA context,
+nvImageCodec's decoder and the pinned buffers. The socket and the relaying are imgops.serve's;
+this command warms up, binds, serves and reports."""
+
+from __future__ import annotations
+
+import sys
+import time
+
+import click
+
+from ..cli_common import ImgopsCommand, ImgopsError, quiet_option, verbose_option
+
+
+@click.command(cls=ImgopsCommand, context_settings={"max_content_width": 100})
+@click.option(
+    "--socket",
+    "socket_path",
+    metavar="PATH",
+    default=None,
+    help="The Unix socket to listen on.  [default: IMGOPS_SERVER's path if it names one, else "
+    "$XDG_RUNTIME_DIR/imgops/server.sock or /tmp/imgops-UID/server.sock]",
+)
+@click.option(
+    "--device",
+    default="auto",
+    show_default=True,
+    metavar="auto|cpu|cuda[:N]",
+    help="The GPU to keep warm: auto = GPU 0 where the CUDA engine and nvImageCodec can run "
+    "there, cpu = none (the imports stay warm all the same).",
+)
+@click.option(
+    "--idle-timeout",
+    type=click.FloatRange(min=0),
+    default=1800,
+    show_default=True,
+    metavar="SECONDS",
+    help="Stop after this long without a command (0: never).",
+)
+@quiet_option
+@verbose_option
+def serve(
+    socket_path: str | None, device: str, idle_timeout: float, quiet: bool, verbose: bool
+) -> None:
+    """Keep imgops warm for later commands: they run here, without the start-up.
+
+    Start it once (in the background, or in another terminal), then set IMGOPS_SERVER in the
+    shell that runs imgops: `imgops gray`, `bin` and `normvol` are then run by the server, in the
+    caller's folder, with the caller's IMGOPS_* settings and umask, their output and exit status
+    sent back; Ctrl-C stops the command as it would here. Commands that use stdin or stdout
+    (`-`) run in the calling process, as does everything where no server answers (after a
+    one-line note). One command runs at a time; others wait their turn.
+
+    A GPU kept warm holds its CUDA context, nvImageCodec's decoder and up to 2 GiB of pinned
+    host memory while the server lives; `--device auto` sends a batch of any size to a warm
+    GPU. Ctrl-C, SIGTERM or the idle timeout stop the server.
+
+    \b
+    $ imgops serve &
+    $ export IMGOPS_SERVER=1
+    $ imgops gray photos/ -d gray/
+    """
+    from ..serve import protocol
+    from ..serve.server import Server, ServerBusy
+
+    if socket_path is not None:
+        path = protocol.server_socket_path(socket_path)
+    else:
+        import os
+
+        path = protocol.server_socket_path(os.environ.get(protocol.SERVER_VARIABLE))
+        if path is None:
+            path = protocol.default_socket_path()
+
+    def say(line: str) -> None:
+        if not quiet:
+            click.echo(f"imgops serve: {line}", err=True)
+
+    def log(line: str) -> None:
+        if verbose and not quiet:
+            click.echo(f"imgops serve: {time.strftime('%H:%M:%S')} {line}", err=True)
+
+    server = Server(path, _run_command, idle_timeout=idle_timeout, log=log)
+    try:
+        server.bind()
+    except (ServerBusy, protocol.ServerSocketError) as error:
+        raise ImgopsError(str(error)) from None
+    _terminate_removes(server)
+    try:
+        warm = _warm_up(device)
+        variable = "1" if path == protocol.default_socket_path() else str(path)
+        say(f"ready at {path} ({warm}); in the calling shell: export "
+            f"{protocol.SERVER_VARIABLE}={variable}")  # fmt: skip
+        server.serve()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.close()
+    say(f"stopped after {server.commands} command(s)")
+
+
+def _run_command(argv: list[str]) -> int:
+    from ..cli import run_command  # (the CLI imports this module)
+
+    return run_command(argv)
+
+
+def _terminate_removes(server) -> None:
+    """SIGTERM/SIGHUP/SIGQUIT remove the socket as well as the pending temporaries."""
+    import contextlib
+    import os
+    import signal
+
+    from ..io.signals import TERMINATING_SIGNALS, _terminate
+
+    def terminate(signum: int, frame) -> None:
+        with contextlib.suppress(OSError):
+            os.unlink(server.path)
+        _terminate(signum, frame)
+
+    for signum in TERMINATING_SIGNALS:
+        signal.signal(signum, terminate)
+
+
+def _warm_up(device: str) -> str:
+    """Imports what every command needs and starts the GPU stage `device` asks for; says what
+    is warm. ImgopsError where `--device cuda[:N]` cannot be kept warm."""
+    from ..engine import driver_stage
+    from ..engine.device import cuda_device_count, driver_engine_usable
+    from ..engine.ops import GRAY
+    from ..engine.types import default_jobs
+    from ..io import gpu_decode, images  # noqa: F401  (numpy and OpenCV, imported once)
+
+    driver_stage.keep_warm()
+    if device != "auto" and device != "cpu" and not device.startswith("cuda"):
+        raise click.BadParameter(
+            f"{device!r}: expected auto, cpu, cuda or cuda:N", param_hint="--device"
+        )
+    if device == "cpu":
+        return "CPU; no GPU kept warm"
+    index = int(device.split(":")[1]) if ":" in device else 0
+    problem = None
+    if not driver_engine_usable(GRAY):
+        problem = "imgops has no fatbin kernels for the torch-free CUDA engine"
+    elif not gpu_decode.installed():
+        problem = f"nvImageCodec is not installed ({gpu_decode.INSTALL_HINT})"
+    elif cuda_device_count() <= index:
+        problem = f"no CUDA GPU {index} is visible"
+    if problem is None:
+        stage = driver_stage.prestart(index, default_jobs())
+        try:
+            stage.future.result()
+        except Exception as error:  # noqa: BLE001 (reported as one line)
+            problem = f"GPU {index} could not start: {error}"
+            driver_stage.take_prestarted(index)  # (drops the failed stage)
+    if problem is not None:
+        if device.startswith("cuda"):
+            raise ImgopsError(f"--device {device}: {problem}")
+        return f"CPU only: {problem}"
+    decoder = "nvImageCodec" if stage.decoder is not None else f"the CPU ({stage.decoder_problem})"
+    sys.stderr.flush()
+    return f"GPU {index} warm, decoding on {decoder}"

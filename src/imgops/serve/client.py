@@ -1,0 +1,157 @@
+"""The command line's side of `imgops serve`: with IMGOPS_SERVER set, `imgops gray ...` (and
+`bin`, `normvol`) is handed to the server, which runs it warm and sends back what it prints and
+its exit status; this process only relays. Plain Python (socket, json): nothing heavy is
+imported, so a relayed command costs the interpreter's start and little more.
+
+Commands that read stdin or write stdout (`-`), ask for help, or name another command run in
+this process as always. Where no server answers, the command runs here too, after a one-line
+note on stderr (not with -q).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import sys
+from pathlib import Path
+from typing import Any
+
+from . import protocol
+
+__all__ = ["RELAYED_COMMANDS", "forward", "relayable"]
+
+#: The commands a server runs (the batch engine's); the rest always run in this process.
+RELAYED_COMMANDS = frozenset({"gray", "bin", "normvol"})
+#: Settings relayed to the server's run of the command besides the IMGOPS_* variables (how
+#: rich draws on the caller's terminal).
+_TERMINAL_VARIABLES = ("NO_COLOR", "FORCE_COLOR", "TERM")
+
+
+def _uses_stdio(arg: str) -> bool:
+    """`-`, `--option=-` or `-o-`: the command reads stdin or writes stdout."""
+    attached = len(arg) == 3 and arg[0] == "-" and arg[1] != "-" and arg[2] == "-"
+    return arg == "-" or arg.endswith("=-") or attached
+
+
+def relayable(args: list[str]) -> bool:
+    """Whether a server may run this command line (see the module docstring)."""
+    command = next((a for a in args if not a.startswith("-")), None)
+    if command not in RELAYED_COMMANDS:
+        return False
+    return not any(a in ("-h", "--help", "--version") or _uses_stdio(a) for a in args)
+
+
+def _quiet(args: list[str]) -> bool:
+    return any(a == "--quiet" or (a.startswith("-") and not a.startswith("--") and "q" in a)
+               for a in args)  # fmt: skip
+
+
+def _note(args: list[str], text: str) -> None:
+    if not _quiet(args):
+        print(f"imgops: note: {text}; running here", file=sys.stderr, flush=True)
+
+
+def _request(args: list[str]) -> dict[str, Any]:
+    from .. import __version__
+
+    umask = os.umask(0o022)
+    os.umask(umask)
+    env = {k: v for k, v in os.environ.items() if k.startswith("IMGOPS_")}
+    env.pop(protocol.SERVER_VARIABLE, None)
+    env.update({k: os.environ[k] for k in _TERMINAL_VARIABLES if k in os.environ})
+    try:
+        stderr_tty = sys.stderr.isatty()
+    except (AttributeError, ValueError):
+        stderr_tty = False
+    return {
+        "protocol": protocol.PROTOCOL,
+        "version": __version__,
+        "argv": args,
+        "cwd": os.getcwd(),
+        "umask": umask,
+        "env": env,
+        "stderr_tty": stderr_tty,
+        "columns": shutil.get_terminal_size().columns,
+    }
+
+
+def _write(stream: Any, data: bytes) -> None:
+    target = getattr(stream, "buffer", None)
+    if target is not None:
+        stream.flush()
+        target.write(data)
+        target.flush()
+    else:
+        stream.write(data.decode("utf-8", "backslashreplace"))
+        stream.flush()
+
+
+def forward(args: list[str]) -> int | None:
+    """Runs `args` on the server IMGOPS_SERVER names and returns its exit status; None where
+    the command is to run in this process (no server wanted, none answering, or one this
+    command cannot be relayed to)."""
+    path = protocol.server_socket_path(os.environ.get(protocol.SERVER_VARIABLE))
+    if path is None or not relayable(args):
+        return None
+    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        conn.connect(str(path))
+    except OSError as error:
+        conn.close()
+        _note(args, f"no imgops server at {path} ({error.strerror or error}; start one with "
+                    "`imgops serve`)")  # fmt: skip
+        return None
+    with conn:
+        try:
+            protocol.send_json(conn, protocol.REQUEST, _request(args))
+            return _relay(conn, args, path)
+        except OSError as error:
+            print(f"imgops: error: the server at {path}: {error.strerror or error}",
+                  file=sys.stderr)  # fmt: skip
+            return 1
+
+
+def _relay(conn: socket.socket, args: list[str], path: Path) -> int | None:
+    """Copies the server's output here until its exit status comes; the first Ctrl-C asks the
+    server to stop the command (it finishes the files in progress, as here), a second one
+    leaves at once."""
+    cancelled = False
+
+    def on_interrupt(signum: int, frame: Any) -> None:
+        nonlocal cancelled
+        if cancelled:
+            raise KeyboardInterrupt
+        cancelled = True
+        try:
+            protocol.send_frame(conn, protocol.CANCEL, b"")
+        except OSError:
+            raise KeyboardInterrupt from None
+
+    previous = signal.signal(signal.SIGINT, on_interrupt)
+    try:
+        while True:
+            frame = protocol.recv_frame(conn)
+            if frame is None:
+                print(f"imgops: error: the server at {path} closed the connection before the "
+                      "command finished", file=sys.stderr)  # fmt: skip
+                return 1
+            kind, payload = frame
+            if kind == protocol.STDOUT:
+                _write(sys.stdout, payload)
+            elif kind == protocol.STDERR:
+                _write(sys.stderr, payload)
+            elif kind == protocol.EXIT:
+                answer = json.loads(payload)
+                if answer.get("refused"):
+                    _note(args, f"the server at {path} {answer['refused']}")
+                    return None
+                return int(answer["code"])
+    except KeyboardInterrupt:
+        print("imgops: interrupted (the server may still be finishing the files in progress)",
+              file=sys.stderr)  # fmt: skip
+        return 130
+    finally:
+        signal.signal(signal.SIGINT, previous)

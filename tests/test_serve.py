@@ -1,0 +1,300 @@
+"""`imgops serve` and the command line's relay to it (imgops.serve), on the CPU: the socket's
+rules, the frames, which commands are relayed, and real servers in subprocesses: the same bytes
+as a local run, the caller's folder, umask and IMGOPS_* settings, errors and exit statuses,
+Ctrl-C from the caller, refusals, a busy or stale socket, and the fall-back when none answers.
+The warm GPU stage itself is tested with the stand-in driver (tests/test_driver_engine.py)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import stat
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from imgops.serve import client, protocol
+
+SAMPLES = Path(__file__).resolve().parent.parent / "samples"
+PICTURES = sorted(p for p in SAMPLES.iterdir() if p.suffix in (".jpg", ".png"))
+IMGOPS = [sys.executable, "-m", "imgops.cli"]
+
+pytestmark = pytest.mark.skipif(not hasattr(socket, "AF_UNIX"), reason="Unix sockets only")
+
+
+# ---------------------------------------------------------------------- units
+def test_the_server_variable_names_a_socket_or_none(monkeypatch, tmp_path: Path):
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
+    for off in (None, "", "0", "off", "no", "False"):
+        assert protocol.server_socket_path(off) is None
+    for on in ("1", "on", "auto", "yes", "TRUE"):
+        assert protocol.server_socket_path(on) == tmp_path / "imgops" / "server.sock"
+    assert protocol.server_socket_path(" /x/y.sock ") == Path("/x/y.sock")
+    monkeypatch.delenv("XDG_RUNTIME_DIR")
+    assert protocol.default_socket_path() == Path(f"/tmp/imgops-{os.getuid()}/server.sock")
+
+
+def test_the_sockets_folder_must_be_private(tmp_path: Path):
+    folder = tmp_path / "made"
+    protocol.private_folder(folder / "s.sock", create=True)
+    assert stat.S_IMODE(folder.stat().st_mode) == 0o700
+    open_folder = tmp_path / "open"
+    open_folder.mkdir(mode=0o755)
+    open_folder.chmod(0o755)
+    with pytest.raises(protocol.ServerSocketError, match="others may enter it"):
+        protocol.private_folder(open_folder / "s.sock", create=False)
+    with pytest.raises(protocol.ServerSocketError, match="too long"):
+        protocol.private_folder(folder / ("x" * 120), create=False)
+    with pytest.raises(protocol.ServerSocketError, match="No such file"):
+        protocol.private_folder(tmp_path / "missing" / "s.sock", create=False)
+
+
+def test_frames_come_through_whole_and_large_ones_in_pieces(monkeypatch):
+    left, right = socket.socketpair()
+    with left, right:
+        protocol.send_json(left, protocol.REQUEST, {"argv": ["gray", "ä.jpg"]})
+        kind, payload = protocol.recv_frame(right)
+        assert kind == protocol.REQUEST and json.loads(payload) == {"argv": ["gray", "ä.jpg"]}
+        monkeypatch.setattr(protocol, "MAX_FRAME", 10)
+        protocol.send_frame(left, protocol.STDERR, bytes(range(25)))
+        pieces = [protocol.recv_frame(right) for _ in range(3)]
+        assert [k for k, _ in pieces] == [protocol.STDERR] * 3
+        assert b"".join(p for _, p in pieces) == bytes(range(25))
+        protocol.send_frame(left, protocol.CANCEL, b"")
+        assert protocol.recv_frame(right) == (protocol.CANCEL, b"")
+        left.sendall(b"O\x00\x00\x01\x00")  # 256 bytes announced, more than MAX_FRAME
+        with pytest.raises(ValueError, match="256 bytes"):
+            protocol.recv_frame(right)
+        left.sendall(b"O\x00\x00\x00\x05ab")
+        left.shutdown(socket.SHUT_WR)
+        assert protocol.recv_frame(right) is None  # cut short: the end of the connection
+
+
+@pytest.mark.parametrize(
+    ("args", "relayed"),
+    [
+        (["gray", "a.jpg", "-o", "b.png"], True),
+        (["-q", "gray", "photos/", "-d", "out"], True),
+        (["bin", "a.png", "--factor", "2"], True),
+        (["gray", "-", "-o", "b.png"], False),
+        (["gray", "a.jpg", "-o", "-"], False),
+        (["gray", "a.jpg", "-o-"], False),
+        (["gray", "--files-from=-", "-d", "out"], False),
+        (["gray", "--help"], False),
+        (["normvol", "scan.tif", "--max", "4095"], True),
+        (["normvol", "scan.tif", "-o", "-"], False),
+        (["serve"], False),
+        (["--version"], False),
+        ([], False),
+    ],
+)
+def test_which_command_lines_a_server_runs(args, relayed):
+    assert client.relayable(args) is relayed
+
+
+# ---------------------------------------------------------------------- real servers
+def _short_folder() -> Path:
+    """A private folder with a short path (Unix socket paths are limited to ~100 bytes)."""
+    folder = Path(tempfile.mkdtemp(prefix="imgops-t-", dir="/tmp"))
+    folder.chmod(0o700)
+    return folder
+
+
+class _Served:
+    def __init__(self, folder: Path, process: subprocess.Popen, log: Path) -> None:
+        self.folder, self.process, self.log = folder, process, log
+        self.socket = folder / "s.sock"
+
+    def env(self, **extra: str) -> dict[str, str]:
+        env = dict(os.environ, IMGOPS_SERVER=str(self.socket))
+        env.pop("IMGOPS_MAX_IMAGE_PIXELS", None)
+        env.update(extra)
+        return env
+
+    def run(self, args: list[str], cwd: Path, **kwargs) -> subprocess.CompletedProcess:
+        extra = kwargs.pop("env", {})
+        return subprocess.run(IMGOPS + args, cwd=cwd, env=self.env(**extra), capture_output=True,
+                              text=True, timeout=120, **kwargs)  # fmt: skip
+
+    def stop(self) -> int:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+        return self.process.wait(timeout=30)
+
+
+def _start(folder: Path, *args: str) -> _Served:
+    log = folder / "serve.log"
+    sock = folder / "s.sock"
+    env = {k: v for k, v in os.environ.items() if k != "IMGOPS_SERVER"}
+    process = subprocess.Popen(
+        [*IMGOPS, "serve", "--socket", str(sock), "--device", "cpu", "-v", *args],
+        stderr=log.open("w"), stdout=subprocess.DEVNULL, env=env,
+    )  # fmt: skip
+    deadline = time.monotonic() + 60
+    while "ready at" not in log.read_text():
+        if process.poll() is not None:
+            raise AssertionError(f"the server stopped: {log.read_text()}")
+        if time.monotonic() > deadline:
+            process.kill()
+            raise AssertionError(f"the server did not start: {log.read_text()}")
+        time.sleep(0.05)
+    return _Served(folder, process, log)
+
+
+@pytest.fixture(scope="module")
+def served():
+    folder = _short_folder()
+    server = _start(folder)
+    yield server
+    assert server.stop() in (0, 143)
+    assert not server.socket.exists()  # removed on the way out
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_a_relayed_batch_writes_the_bytes_of_a_local_run(served, tmp_path: Path):
+    (tmp_path / "in").mkdir()
+    for picture in PICTURES:
+        (tmp_path / "in" / picture.name).write_bytes(picture.read_bytes())
+    done = served.run(["gray", "in", "-d", "relayed"], cwd=tmp_path)  # relative paths: the caller's
+    assert done.returncode == 0, done.stderr
+    assert f"{len(PICTURES)} written, 0 skipped, 0 failed" in done.stderr
+    assert done.stdout == ""
+    local = subprocess.run([*IMGOPS, "gray", "in", "-d", "local", "-q"], cwd=tmp_path,
+                           env={k: v for k, v in os.environ.items() if k != "IMGOPS_SERVER"},
+                           capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert local.returncode == 0, local.stderr
+    names = sorted(p.name for p in (tmp_path / "local").iterdir())
+    assert names == sorted(p.name for p in (tmp_path / "relayed").iterdir()) and names
+    for name in names:
+        relayed, local_bytes = (tmp_path / d / name for d in ("relayed", "local"))
+        assert relayed.read_bytes() == local_bytes.read_bytes(), name
+    assert "imgops gray in -d relayed: status 0" in served.log.read_text()
+
+
+def test_a_relayed_normvol_writes_the_bytes_of_a_local_run(served, tmp_path: Path):
+    scan = SAMPLES / "mri_dwi_b0_u16.tif"
+    args = ["normvol", str(scan), "--max", "4095", "--device", "cpu", "-q"]
+    relayed = served.run([*args, "-o", "relayed.tif"], cwd=tmp_path)
+    assert relayed.returncode == 0 and relayed.stderr == "", relayed.stderr
+    env = {k: v for k, v in os.environ.items() if k != "IMGOPS_SERVER"}
+    local = subprocess.run([*IMGOPS, *args, "-o", "local.tif"], cwd=tmp_path, env=env,
+                           capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert local.returncode == 0, local.stderr
+    assert (tmp_path / "relayed.tif").read_bytes() == (tmp_path / "local.tif").read_bytes()
+
+
+def test_a_relayed_command_has_the_callers_settings_umask_and_errors(served, tmp_path: Path):
+    source = tmp_path / "r.jpg"
+    source.write_bytes((SAMPLES / "rocket_baseline_rgb.jpg").read_bytes())
+    limited = served.run(["gray", "r.jpg", "-o", "r.png"], cwd=tmp_path,
+                         env={"IMGOPS_MAX_IMAGE_PIXELS": "10"})  # fmt: skip
+    assert limited.returncode == 1 and "over the limit of 10 pixels" in limited.stderr
+    assert not (tmp_path / "r.png").exists()
+    missing = served.run(["gray", "nothing.jpg", "-o", "n.png"], cwd=tmp_path)
+    assert missing.returncode == 1
+    assert "imgops: error: nothing.jpg: No such file or directory" in missing.stderr
+    assert "Traceback" not in missing.stderr
+    usage = served.run(["gray", "r.jpg", "--png-level", "12", "-o", "x.png"], cwd=tmp_path)
+    assert usage.returncode == 2 and "--png-level" in usage.stderr
+    private = served.run(["gray", "r.jpg", "-o", "p.png", "-q"], cwd=tmp_path,
+                         preexec_fn=lambda: os.umask(0o077))  # fmt: skip
+    assert private.returncode == 0 and private.stderr == ""
+    assert stat.S_IMODE((tmp_path / "p.png").stat().st_mode) == 0o600
+    # the server's own setting is back for the next caller
+    again = served.run(["gray", "r.jpg", "-o", "again.png", "-q"], cwd=tmp_path)
+    assert again.returncode == 0 and (tmp_path / "again.png").exists()
+
+
+def test_stdin_and_stdout_run_in_the_calling_process(served, tmp_path: Path):
+    before = served.log.read_text()
+    data = (SAMPLES / "rocket_baseline_rgb.jpg").read_bytes()
+    done = subprocess.run(IMGOPS + ["gray", "-", "-o", "-", "-q"], input=data, env=served.env(),
+                          capture_output=True, timeout=120, cwd=tmp_path)  # fmt: skip
+    assert done.returncode == 0 and done.stdout.startswith(b"\x89PNG")
+    assert served.log.read_text() == before  # not relayed
+
+
+def test_ctrl_c_in_the_caller_stops_the_relayed_batch_and_the_server_goes_on(
+    served, tmp_path: Path
+):
+    source = tmp_path / "in"
+    source.mkdir()
+    flower = SAMPLES / "flower_gray_3mp.jpg"
+    for i in range(400):
+        os.link(flower, source / f"f{i:03d}.jpg")
+    process = subprocess.Popen(IMGOPS + ["gray", "in", "-d", "out"], cwd=tmp_path,
+                               env=served.env(), stderr=subprocess.PIPE, text=True)  # fmt: skip
+    deadline = time.monotonic() + 60
+    while not any((tmp_path / "out").glob("*.png")) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    process.send_signal(signal.SIGINT)
+    stderr = process.communicate(timeout=120)[1]
+    assert process.returncode == 130, stderr
+    assert "interrupted" in stderr
+    written = sorted((tmp_path / "out").iterdir())
+    assert 0 < len(written) < 400
+    assert all(p.suffix == ".png" for p in written)  # no temporaries left
+    done = served.run(["gray", "in/f000.jpg", "-o", "after.png", "-q"], cwd=tmp_path)
+    assert done.returncode == 0 and served.process.poll() is None
+
+
+def test_a_server_of_another_version_is_refused_and_the_command_runs_here(served, tmp_path):
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+        conn.connect(str(served.socket))
+        protocol.send_json(conn, protocol.REQUEST, {"protocol": 1, "version": "0.0.1",
+                                                    "argv": ["gray"], "cwd": "/"})  # fmt: skip
+        kind, payload = protocol.recv_frame(conn)
+    assert kind == protocol.EXIT and "runs imgops" in json.loads(payload)["refused"]
+
+
+def test_a_second_server_on_a_busy_socket_is_one_line_and_status_1(served):
+    done = subprocess.run([*IMGOPS, "serve", "--socket", str(served.socket), "--device", "cpu"],
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert done.returncode == 1
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.endswith("an imgops server is already running there")
+
+
+def test_with_no_server_the_command_runs_here_after_a_note(tmp_path: Path):
+    folder = _short_folder()
+    source = tmp_path / "r.jpg"
+    source.write_bytes((SAMPLES / "rocket_baseline_rgb.jpg").read_bytes())
+    env = dict(os.environ, IMGOPS_SERVER=str(folder / "none.sock"))
+    done = subprocess.run(IMGOPS + ["gray", "r.jpg", "-o", "r.png"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert done.returncode == 0 and (tmp_path / "r.png").exists()
+    assert f"imgops: note: no imgops server at {folder / 'none.sock'}" in done.stderr
+    quiet = subprocess.run(IMGOPS + ["-q", "gray", "r.jpg", "-o", "q.png"], cwd=tmp_path, env=env,
+                           capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert quiet.returncode == 0 and quiet.stderr == ""
+
+
+def test_a_stale_socket_is_replaced_and_sigterm_removes_it(tmp_path: Path):
+    folder = _short_folder()
+    stale = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    stale.bind(str(folder / "s.sock"))
+    stale.close()  # a socket file nobody listens on: a server that died
+    server = _start(folder, "--idle-timeout", "0")
+    try:
+        done = server.run(["gray", str(SAMPLES / "camera_gray.png"), "-o", "c.png", "-q"],
+                          cwd=tmp_path)  # fmt: skip
+        assert done.returncode == 0 and done.stderr == ""
+    finally:
+        assert server.stop() == 143
+    assert not (folder / "s.sock").exists()
+
+
+def test_the_idle_timeout_stops_the_server(tmp_path: Path):
+    folder = _short_folder()
+    server = _start(folder, "--idle-timeout", "1")
+    assert server.process.wait(timeout=30) == 0
+    assert "idle for 1 s: stopping" in server.log.read_text()
+    assert "stopped after 0 command(s)" in server.log.read_text()
+    assert not (folder / "s.sock").exists()
