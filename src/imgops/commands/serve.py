@@ -141,12 +141,12 @@ def _warm_up(device: str) -> str:
         return "CPU; no GPU kept warm"
     index = int(device.split(":")[1]) if ":" in device else 0
     problem = None
-    if not driver_engine_usable(GRAY):
+    if cuda_device_count() <= index:
+        problem = f"no CUDA GPU {index} is visible"
+    elif not driver_engine_usable(GRAY):
         problem = "imgops has no fatbin kernels for the torch-free CUDA engine"
     elif not gpu_decode.installed():
         problem = f"nvImageCodec is not installed ({gpu_decode.INSTALL_HINT})"
-    elif cuda_device_count() <= index:
-        problem = f"no CUDA GPU {index} is visible"
     if problem is None:
         stage = driver_stage.prestart(index, default_jobs())
         try:
