@@ -18,6 +18,7 @@ decode against the luma of OpenCV's decode, per file):
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -26,6 +27,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +35,7 @@ IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".tif", ".tiff", ".bmp", ".webp"}
 PEER_SCRIPT = Path(__file__).with_name("opencv_pool.py")
 _CHECK_FILES = 5  # outputs compared between tools per run
 CPU_REFERENCE = "imgops gray cpu"
+SERVER_VARIABLE = "IMGOPS_SERVER"  # (imgops.serve.protocol's; not imported for one name)
 
 
 def image_files(folder: Path) -> list[Path]:
@@ -67,35 +70,48 @@ def _tools(
     nvdecode: bool,
     batch: int,
     durable: bool = True,
+    server: Path | None = None,
 ) -> dict[str, dict[str, Any]]:
-    """name -> {"command", "out" (None: writes nothing), "fmt", "floor"} for one run."""
+    """name -> {"command", "out" (None: writes nothing), "fmt", "floor", "env" (set for the
+    command)} for one run; `server`: also each imgops gray relayed to the server there."""
     jobs = str(os.cpu_count() or 1)
     help_text = _gray_help()
     peer = [sys.executable, str(PEER_SCRIPT), "--files-from", str(listing), "--jobs", jobs, "-d"]
     tools: dict[str, dict[str, Any]] = {}
     formats = ["png", "jpg"] if jpg else ["png"]
+
+    def gray(device: str, fmt: str, folder: Path) -> list[str]:
+        command = [sys.executable, "-m", "imgops.cli", "gray", "--files-from", str(listing)]
+        command += ["-d", str(folder), "--device", device, "-q"]
+        if fmt == "jpg":
+            command += ["-f", "jpg"]
+        if png_level is not None and fmt == "png":
+            command += ["--png-level", str(png_level)]
+        if not durable:  # like the pool, which never flushes its files to disk
+            command += ["--no-fsync"]
+        if stats is not None and "--stats-json" in help_text:
+            command += ["--stats-json", str(stats.with_name(folder.name + ".json"))]
+        return command
+
     for fmt in formats:
         for device in devices:
             name = f"imgops gray {device}" + ("" if fmt == "png" else " jpg")
             folder = out / name.replace(" ", "-")
-            command = [sys.executable, "-m", "imgops.cli", "gray", "--files-from", str(listing)]
-            command += ["-d", str(folder), "--device", device, "-q"]
-            if fmt == "jpg":
-                command += ["-f", "jpg"]
-            if png_level is not None and fmt == "png":
-                command += ["--png-level", str(png_level)]
-            if not durable:  # like the pool, which never flushes its files to disk
-                command += ["--no-fsync"]
-            if stats is not None and "--stats-json" in help_text:
-                command += ["--stats-json", str(stats.with_name(folder.name + ".json"))]
-            tools[name] = {"command": command, "out": folder, "fmt": fmt, "floor": False}
+            tools[name] = {"command": gray(device, fmt, folder), "out": folder, "fmt": fmt}
+            if server is not None:  # the same command, relayed to a warm `imgops serve`
+                folder = out / (name.replace(" ", "-") + "-warm-server")
+                tools[f"{name}, warm server"] = {
+                    "command": gray(device, fmt, folder),
+                    "out": folder,
+                    "fmt": fmt,
+                    "env": {SERVER_VARIABLE: str(server)},
+                }
         name = f"opencv pool ({jobs} processes)" + ("" if fmt == "png" else " jpg")
         folder = out / f"opencv-pool-{fmt}"
         tools[name] = {
             "command": [*peer, str(folder), "--format", fmt],
             "out": folder,
             "fmt": fmt,
-            "floor": False,
         }
     tools[f"floor: opencv decode ({jobs} processes)"] = {
         "command": [*peer, str(out / "decode-only"), "--decode-only"],
@@ -153,10 +169,14 @@ def run_pipeline(
     batch: int = 64,
     work_dir: Path | None = None,
     durable: bool = True,
+    server: bool = False,
 ) -> dict[str, Any]:
     """Times imgops gray (cpu, and cuda when present), the OpenCV pool and the decode floors.
 
     `durable` False passes --no-fsync to imgops gray (the pool never flushes to disk).
+    `server`: also each imgops gray relayed to an `imgops serve` started for the run (keeping
+    GPU 0 warm where present), after one untimed run each: the files/s of a process that
+    stays up, the start-up paid before.
 
     `device`: "all" (cpu, and cuda where a GPU is visible), or one `--device` value.
     `jpg`: also time JPEG output (imgops `-f jpg` against the pool writing JPEGs).
@@ -173,16 +193,22 @@ def run_pipeline(
         listing = root / "inputs.txt"
         listing.write_text("".join(f"{p.resolve()}\n" for p in files), encoding="utf-8")
         input_bytes = sum(len(p.read_bytes()) for p in files)  # also warms the page cache
+        socket_path = root / "s.sock" if server else None
         tools = _tools(
             listing, root / "out", devices, png_level=png_level, jpg=jpg,
             stats=root / "stats" / "x.json", nvdecode=nvdecode, batch=batch, durable=durable,
+            server=socket_path,
         )  # fmt: skip
         (root / "stats").mkdir()
         walls: dict[str, list[float]] = {tool: [] for tool in tools}
         runs: dict[str, dict[str, Any]] = {tool: {"tool": tool} for tool in tools}
-        for _ in range(reps):
-            for tool, spec in tools.items():
-                _run_once(tool, spec, runs[tool], walls[tool], len(files), root / "stats")
+        with _served(socket_path, "cuda" if "cuda" in devices else "cpu") as warm_up:
+            for spec in tools.values():
+                if "env" in spec:  # one untimed run: the server's first batch pins its buffers
+                    warm_up(spec)
+            for _ in range(reps):
+                for tool, spec in tools.items():
+                    _run_once(tool, spec, runs[tool], walls[tool], len(files), root / "stats")
         _finish(runs, walls, tools, files)
         return {
             "input_dir": str(folder),
@@ -198,6 +224,43 @@ def run_pipeline(
         shutil.rmtree(root, ignore_errors=True)
 
 
+@contextlib.contextmanager
+def _served(socket_path: Path | None, device: str) -> Iterator[Callable[[dict[str, Any]], None]]:
+    """An `imgops serve` on `socket_path` (keeping `device` warm) for the block, stopped after
+    it; yields warm_up(spec), which runs a tool once untimed. Nothing where socket_path is None.
+    """
+    if socket_path is None:
+        yield lambda spec: None
+        return
+    log = socket_path.with_name("serve.log")
+    env = {k: v for k, v in os.environ.items() if k != SERVER_VARIABLE}
+    command = [sys.executable, "-m", "imgops.cli", "serve", "--socket", str(socket_path)]
+    command += ["--device", device, "--idle-timeout", "0"]
+    with log.open("w") as stderr:
+        process = subprocess.Popen(command, stderr=stderr, stdout=subprocess.DEVNULL, env=env)
+    try:
+        deadline = time.monotonic() + 120
+        while "ready at" not in log.read_text():
+            if process.poll() is not None or time.monotonic() > deadline:
+                lines = log.read_text().strip().splitlines() or ["no message"]
+                raise RuntimeError(f"imgops serve did not start: {lines[-1]}")
+            time.sleep(0.05)
+
+        def warm_up(spec: dict[str, Any]) -> None:
+            if spec["out"] is not None:
+                shutil.rmtree(spec["out"], ignore_errors=True)
+            subprocess.run(spec["command"], capture_output=True, check=False,
+                           env=dict(os.environ, **spec["env"]))  # fmt: skip
+
+        yield warm_up
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+
+
 def _run_once(
     tool: str, spec: dict[str, Any], run: dict[str, Any], walls: list[float], count: int,
     stats_dir: Path,
@@ -205,8 +268,9 @@ def _run_once(
     out = spec["out"]
     if out is not None:
         shutil.rmtree(out, ignore_errors=True)
+    env = dict(os.environ, **spec["env"]) if "env" in spec else None
     started = time.perf_counter()
-    done = subprocess.run(spec["command"], capture_output=True, text=True, check=False)
+    done = subprocess.run(spec["command"], capture_output=True, text=True, check=False, env=env)
     wall = time.perf_counter() - started
     written, size = _output_bytes(out)
     run.update(outputs=written, output_bytes=size if out is not None else None)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from ..cli_common import ImgopsCommand, Reporter, quiet_option
+from ..cli_common import ImgopsCommand, ImgopsError, Reporter, quiet_option
 
 
 def _devices(choice: str) -> list:
@@ -66,6 +66,12 @@ def _devices(choice: str) -> list:
     "never does; --no-fsync compares like with like).",
 )
 @click.option(
+    "--server",
+    is_flag=True,
+    help="With --pipeline: also time each imgops gray relayed to an `imgops serve` started for "
+    "the run (GPU kept warm), after one untimed run: a process that stays up.",
+)
+@click.option(
     "--batch",
     type=click.IntRange(min=1),
     default=64,
@@ -95,6 +101,7 @@ def bench(
     gray_device: str,
     jpg: bool,
     fsync: bool,
+    server: bool,
     batch: int,
     crossover_dir: Path | None,
     as_json: bool,
@@ -110,13 +117,15 @@ def bench(
     Pipeline (--pipeline DIR): `imgops gray` over DIR's images on the CPU and on CUDA (with a
     GPU) against an OpenCV script with a process pool over all cores, and two floors: OpenCV's
     decode alone in the same pool, and nvImageCodec's batched GPU decode alone. Wall time,
-    files/s, output bytes, the ratio to the pool.
+    files/s, output bytes, the ratio to the pool. --server adds the same runs relayed to a
+    warm `imgops serve`.
 
     \b
     $ imgops bench
     $ imgops bench --device cuda --json > kernels.json
     $ imgops bench --quick --no-compile --device cpu
     $ imgops bench --pipeline photos/ --reps 3 --jpg
+    $ imgops bench --pipeline photos/ --server --no-fsync
     $ imgops bench --crossover photos/
     """
     from ..bench.report import crossover_table, kernel_table, pipeline_table, print_table
@@ -148,9 +157,12 @@ def bench(
                 jpg=jpg,
                 batch=batch,
                 durable=fsync,
+                server=server,
             )
         except ValueError as error:
             raise click.BadParameter(str(error), param_hint="--pipeline") from None
+        except RuntimeError as error:  # the server did not start
+            raise ImgopsError(str(error)) from None
         if as_json:
             click.echo(json.dumps(result, indent=2))
         else:
