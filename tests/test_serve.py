@@ -298,3 +298,41 @@ def test_the_idle_timeout_stops_the_server(tmp_path: Path):
     assert "idle for 1 s: stopping" in server.log.read_text()
     assert "stopped after 0 command(s)" in server.log.read_text()
     assert not (folder / "s.sock").exists()
+
+
+def test_two_callers_at_once_both_get_their_batch(served, tmp_path: Path):
+    """One command runs at a time; the second caller waits its turn, then runs."""
+    for name in ("a", "b"):
+        (tmp_path / name).mkdir()
+        for picture in PICTURES:
+            os.link(picture, tmp_path / name / picture.name)
+    callers = [
+        subprocess.Popen(
+            IMGOPS + ["gray", name, "-d", f"{name}-out", "-q"],
+            cwd=tmp_path,
+            env=served.env(),
+            stderr=subprocess.PIPE,
+            text=True,
+        )  # fmt: skip
+        for name in ("a", "b")
+    ]
+    for caller in callers:
+        assert caller.wait(timeout=120) == 0, caller.stderr.read()
+    for name in ("a", "b"):
+        assert len(list((tmp_path / f"{name}-out").iterdir())) == len(PICTURES)
+
+
+def test_doctor_says_whether_a_server_answers(served, tmp_path: Path):
+    answering = served.run(["doctor", "--json", str(tmp_path)], cwd=tmp_path)
+    assert answering.returncode == 0, answering.stderr
+    info = json.loads(answering.stdout)
+    assert (
+        info["server"]
+        == f"gray, bin and normvol are relayed to the imgops serve at {served.socket}"
+    )
+    assert not any("IMGOPS_SERVER" in problem for problem in info["problems"])
+    env = {"IMGOPS_SERVER": str(served.folder / "nobody.sock")}
+    silent = served.run(["doctor", "--json", str(tmp_path)], cwd=tmp_path, env=env)
+    info = json.loads(silent.stdout)
+    assert "where no server answers" in info["server"]
+    assert any("no imgops server answers" in problem for problem in info["problems"])

@@ -77,6 +77,7 @@ def codec_info() -> dict[str, str]:
     usable, why = gpu_decode.status()
     info = {"gpu jpeg decoder": ("nvImageCodec: " if usable else "not used: ") + why}
     info["cuda engine (gray)"] = cuda_engine_info()
+    info["server"] = server_info()
     info.update({f"png {level}": backend for level, backend in png.backend_info().items()})
     codecs = volumes.codec_status()
     info["tiff codecs"] = ", ".join(f"{k}{'' if v else ' (missing)'}" for k, v in codecs.items())
@@ -125,6 +126,26 @@ def cuda_engine_info() -> str:
     )
 
 
+def server_info() -> str:
+    """Whether gray/bin/normvol are relayed to an `imgops serve` here (IMGOPS_SERVER)."""
+    from ..serve.client import server_status
+
+    path, answers = server_status()
+    if path is None:
+        return "none (IMGOPS_SERVER is unset: each command starts its own process)"
+    if answers:
+        return f"gray, bin and normvol are relayed to the imgops serve at {path}"
+    return f"IMGOPS_SERVER names {path}, where no server answers (commands run here)"
+
+
+def server_problems(info: dict) -> list[str]:
+    """IMGOPS_SERVER set with no server answering: every command prints a note."""
+    if "no server answers" not in str(info.get("server", "")):
+        return []
+    return ["IMGOPS_SERVER is set but no imgops server answers: start one (`imgops serve &`) or "
+            "unset IMGOPS_SERVER"]  # fmt: skip
+
+
 def cli_kernels_built() -> bool:
     """Whether imgops._cli_kernels (the torch-free CPU kernels of the command line) imports."""
     try:
@@ -157,6 +178,7 @@ def doctor(as_json: bool, folders: tuple[Path, ...]) -> None:
     info = {**build_info(), "cli_kernels": cli_kernels_built(), **codec_info()}
     problems = find_problems(info)
     problems += codec_problems(codec_status())
+    problems += server_problems(info)
     problems += stale_problems(list(folders) or [Path.cwd()])
     if as_json:
         click.echo(json.dumps({**info, "problems": problems}, indent=2))

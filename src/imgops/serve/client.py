@@ -21,7 +21,7 @@ from typing import Any
 
 from . import protocol
 
-__all__ = ["RELAYED_COMMANDS", "forward", "relayable"]
+__all__ = ["RELAYED_COMMANDS", "forward", "relayable", "server_status"]
 
 #: The commands a server runs (the batch engine's); the rest always run in this process.
 RELAYED_COMMANDS = frozenset({"gray", "bin", "normvol"})
@@ -155,3 +155,16 @@ def _relay(conn: socket.socket, args: list[str], path: Path) -> int | None:
         return 130
     finally:
         signal.signal(signal.SIGINT, previous)
+
+
+def server_status() -> tuple[Path | None, bool]:
+    """The socket IMGOPS_SERVER names (None: unset) and whether a server answers there."""
+    path = protocol.server_socket_path(os.environ.get(protocol.SERVER_VARIABLE))
+    if path is None:
+        return None, False
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+        try:
+            conn.connect(str(path))
+        except OSError:
+            return path, False
+    return path, True
