@@ -245,13 +245,33 @@ def test_ctrl_c_in_the_caller_stops_the_relayed_batch_and_the_server_goes_on(
     assert done.returncode == 0 and served.process.poll() is None
 
 
-def test_a_server_of_another_version_is_refused_and_the_command_runs_here(served, tmp_path):
+def test_requests_the_server_will_not_run_are_refused_and_it_goes_on(served, tmp_path):
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
         conn.connect(str(served.socket))
         protocol.send_json(conn, protocol.REQUEST, {"protocol": 1, "version": "0.0.1",
                                                     "argv": ["gray"], "cwd": "/"})  # fmt: skip
         kind, payload = protocol.recv_frame(conn)
     assert kind == protocol.EXIT and "runs imgops" in json.loads(payload)["refused"]
+    from imgops import __version__
+
+    for argv, cwd, why in [
+        (["serve"], "/", "does not run `imgops serve`"),
+        (["gray", "-", "-o", "x.png"], "/", "does not run"),
+        ("gray x.jpg", "/", "got no command line"),
+        (["gray", "x.jpg"], "relative", "got no folder"),
+    ]:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+            conn.connect(str(served.socket))
+            protocol.send_json(conn, protocol.REQUEST, {"protocol": 1, "version": __version__,
+                                                        "argv": argv, "cwd": cwd})  # fmt: skip
+            kind, payload = protocol.recv_frame(conn)
+        assert kind == protocol.EXIT and why in json.loads(payload)["refused"], argv
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:  # not even a frame
+        conn.connect(str(served.socket))
+        conn.sendall(b"R\x00\x00\x00\x03{x}")
+    done = served.run(["gray", str(SAMPLES / "camera_gray.png"), "-o", "c.png", "-q"],
+                      cwd=tmp_path)  # fmt: skip
+    assert done.returncode == 0, done.stderr  # the server went on
 
 
 def test_a_second_server_on_a_busy_socket_is_one_line_and_status_1(served):

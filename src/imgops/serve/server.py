@@ -34,6 +34,8 @@ from . import protocol
 
 __all__ = ["Server", "ServerBusy"]
 
+REQUEST_SECONDS = 10.0  # how long a caller has to send its request once connected
+
 
 class ServerBusy(Exception):
     """Another server answers at the socket's path."""
@@ -170,15 +172,20 @@ class Server:
         raise KeyboardInterrupt
 
     def _handle(self, conn: socket.socket) -> None:
-        conn.settimeout(None)
         uid = protocol.peer_uid(conn)
         if uid is not None and hasattr(os, "getuid") and uid != os.getuid():
             self._log(f"refused a caller of another user (uid {uid})")
             return
-        frame = protocol.recv_frame(conn)
-        if frame is None or frame[0] != protocol.REQUEST:
+        conn.settimeout(REQUEST_SECONDS)  # a caller that says nothing does not hold the server
+        try:
+            frame = protocol.recv_frame(conn)
+            request = json.loads(frame[1]) if frame and frame[0] == protocol.REQUEST else None
+        except (OSError, ValueError) as error:
+            self._log(f"a caller's request could not be read: {error}")
             return
-        request = json.loads(frame[1])
+        conn.settimeout(None)
+        if not isinstance(request, dict):
+            return
         refused = _refusal(request)
         if refused is not None:
             protocol.send_json(conn, protocol.EXIT, {"refused": refused})
@@ -235,10 +242,19 @@ class Server:
 
 def _refusal(request: dict[str, Any]) -> str | None:
     """Why this server will not run the request (None: it will)."""
+    from .client import relayable
+
     if request.get("protocol") != protocol.PROTOCOL:
         return f"speaks protocol {protocol.PROTOCOL}, not {request.get('protocol')}"
     if request.get("version") != __version__:
         return f"runs imgops {__version__}, not {request.get('version')} (restart it)"
+    argv, cwd = request.get("argv"), request.get("cwd")
+    if not isinstance(argv, list) or not all(isinstance(a, str) for a in argv):
+        return "got no command line"
+    if not isinstance(cwd, str) or not os.path.isabs(cwd):
+        return "got no folder to run in"
+    if not relayable(argv):
+        return f"does not run `imgops {' '.join(argv)}`"
     return None
 
 
