@@ -319,13 +319,20 @@ class DriverEngine(DeviceEngine):
         if isinstance(decoder, CDecoder) and jpeg_encoder_api() == "c":
             from ..io.nvimgcodec_encode_c import CEncoder
 
-            return CEncoder(
-                self.settings.jpeg_quality,
+            quality = self.settings.jpeg_quality
+            kept = stage.jpeg_encoders.get(quality)  # a warm stage's, from an earlier batch
+            if kept is not None:
+                return kept
+            encoder = CEncoder(
+                quality,
                 self._index,
                 decoder=decoder,
                 cpu_backend=decoder.cpu_backend,
                 threads=2 if decoder.cpu_backend else 0,
             )
+            if keeps_warm(stage):
+                stage.jpeg_encoders[quality] = encoder
+            return encoder
         return self._jpeg_factory()  # type: ignore[misc]
 
     # ---------------------------------------------------------------- encode threads
@@ -353,7 +360,8 @@ class DriverEngine(DeviceEngine):
             super().run(jobs, on_result)
         finally:
             jpeg = getattr(self, "_jpeg", None)
-            if jpeg is not None and hasattr(jpeg, "close"):
+            kept = jpeg in self.stage.jpeg_encoders.values()  # a warm stage keeps it
+            if jpeg is not None and hasattr(jpeg, "close") and not kept:
                 jpeg.close()  # (a C API encoder gives the decoder's instance back)
             self.decoder = None
             if self.pool is not None and self.pool is not self.stage.pinned_pool:

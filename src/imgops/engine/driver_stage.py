@@ -86,8 +86,10 @@ class DriverStage:
         self.decoder: Any = None
         self.decoder_problem: str | None = None
         self._side: list[Any] = []  # side_streams()
-        #: Pinned host buffers a warm stage keeps between batches (imgops.engine.driver).
+        #: What a warm stage keeps between batches (imgops.engine.driver): the pinned host
+        #: buffers, and nvImageCodec's JPEG encoders on its decoder's instance, by quality.
         self.pinned_pool: Any = None
+        self.jpeg_encoders: dict[int, Any] = {}
         self.future: Future[DriverStage] = Future()
         threading.Thread(target=self._start, name="imgops-cuda-start", daemon=True).start()
 
@@ -159,6 +161,8 @@ class DriverStage:
             else:
                 _keep_until_exit(self)
             return
+        for encoder in self.jpeg_encoders.values():
+            encoder.close()
         self.decoder = None
         if self.pinned_pool is not None:
             self.pinned_pool.close()
