@@ -21,7 +21,7 @@ from imgops.errors import FileError, ImgopsError, UsageProblem
 SRC = Path(__file__).resolve().parent.parent / "src"
 PACKAGE = SRC / "imgops"
 #: The CLI layer: the only modules that may import click (and the CLI modules).
-CLI_MODULES = ("imgops.cli", "imgops.cli_common")
+CLI_MODULES = ("imgops.cli", "imgops.cli_common", "imgops.entry")
 CLI_PACKAGES = ("imgops.commands",)
 HEAVY = ("torch", "numpy", "cv2", "dask", "distributed", "zarr", "tifffile")
 

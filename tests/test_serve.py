@@ -356,3 +356,25 @@ def test_doctor_says_whether_a_server_answers(served, tmp_path: Path):
     info = json.loads(silent.stdout)
     assert "where no server answers" in info["server"]
     assert any("no imgops server answers" in problem for problem in info["problems"])
+
+
+ENTRY = [sys.executable, "-c", "from imgops.entry import main; main()"]
+
+
+def test_the_imgops_executable_relays_before_it_imports_the_command_line(served, tmp_path):
+    """The console script (imgops.entry) relays without importing imgops.cli (click, the
+    commands); with no server it runs the command line here, after one note."""
+    done = subprocess.run(ENTRY + ["gray", str(SAMPLES / "camera_gray.png"), "-o", "e.png"],
+                          cwd=tmp_path, env=served.env(), capture_output=True, text=True,
+                          timeout=120)  # fmt: skip
+    assert done.returncode == 0 and "1 written" in done.stderr, done.stderr
+    assert f"gray {SAMPLES / 'camera_gray.png'} -o e.png: status 0" in served.log.read_text()
+    probe = "import sys; from imgops.serve import client; print('imgops.cli' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                          check=True).stdout.strip() == "False"  # fmt: skip
+    env = served.env(IMGOPS_SERVER=str(served.folder / "none.sock"))
+    alone = subprocess.run(ENTRY + ["gray", str(SAMPLES / "camera_gray.png"), "-o", "f.png"],
+                           cwd=tmp_path, env=env, capture_output=True, text=True,
+                           timeout=120)  # fmt: skip
+    assert alone.returncode == 0 and (tmp_path / "f.png").exists()
+    assert alone.stderr.count("imgops: note: no imgops server") == 1, alone.stderr

@@ -98,19 +98,22 @@ def single_threaded_blas() -> None:
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 
-def main() -> None:
-    """Entry point: runs the CLI; Ctrl-C exits 130 and SIGTERM 143, leaving no partial output.
+def main(relay: bool = True) -> None:
+    """Runs the CLI (`python -m imgops.cli`; the `imgops` executable comes through
+    imgops.entry); Ctrl-C exits 130 and SIGTERM 143, leaving no partial output.
 
-    With IMGOPS_SERVER set, a command a server can run is handed to the `imgops serve` process
-    (imgops.serve.client), which is already warm; without a server it runs here. For commands
-    that decode images, warnings that C libraries print on descriptor 2 are captured from here
-    on and reported with the file they came from (imgops.io.decoder_warnings).
+    With IMGOPS_SERVER set (and `relay`: the caller has not tried already), a command a server
+    can run is handed to the `imgops serve` process (imgops.serve.client), which is already
+    warm; without a server it runs here. For commands that decode images, warnings that C
+    libraries print on descriptor 2 are captured from here on and reported with the file they
+    came from (imgops.io.decoder_warnings).
     """
-    from .serve import client
+    if relay:
+        from .serve import client
 
-    forwarded = client.forward(sys.argv[1:])
-    if forwarded is not None:
-        sys.exit(forwarded)
+        forwarded = client.forward(sys.argv[1:])
+        if forwarded is not None:
+            sys.exit(forwarded)
     single_threaded_blas()
     signals.install()
     if _decodes_images(sys.argv[1:]):
