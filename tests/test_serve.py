@@ -378,3 +378,27 @@ def test_the_imgops_executable_relays_before_it_imports_the_command_line(served,
                            timeout=120)  # fmt: skip
     assert alone.returncode == 0 and (tmp_path / "f.png").exists()
     assert alone.stderr.count("imgops: note: no imgops server") == 1, alone.stderr
+
+
+def test_status_and_stop(tmp_path: Path):
+    folder = _short_folder()
+    server = _start(folder, "--idle-timeout", "0")
+    sock = str(server.socket)
+    try:
+        status = subprocess.run([*IMGOPS, "serve", "--socket", sock, "--status"],
+                                capture_output=True, text=True, timeout=60)  # fmt: skip
+        assert status.returncode == 0, status.stderr
+        assert f"(pid {server.process.pid}, imgops " in status.stdout
+        assert "0 command(s)" in status.stdout and "no GPU warm" in status.stdout
+        stop = subprocess.run([*IMGOPS, "serve", "--socket", sock, "--stop"],
+                              capture_output=True, text=True, timeout=60)  # fmt: skip
+        assert stop.returncode == 0 and "asked to stop" in stop.stdout, stop.stderr
+        assert server.process.wait(timeout=30) == 0
+    finally:
+        server.stop()
+    assert not server.socket.exists()
+    gone = subprocess.run([*IMGOPS, "serve", "--socket", sock, "--status"],
+                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert gone.returncode == 1
+    assert gone.stderr.strip() == f"imgops: error: no imgops server answers at {sock}"
+    shutil.rmtree(folder, ignore_errors=True)

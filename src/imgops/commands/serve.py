@@ -38,10 +38,19 @@ from ..cli_common import ImgopsCommand, ImgopsError, quiet_option, verbose_optio
     metavar="SECONDS",
     help="Stop after this long without a command (0: never).",
 )
+@click.option("--status", "action", flag_value="status", help="Say whether a server answers "
+              "on the socket (its process, commands run, warm GPUs); exit 1 if none.")  # fmt: skip
+@click.option("--stop", "action", flag_value="stop", help="Stop the server on the socket "
+              "(after its command in progress); exit 1 if none answers.")  # fmt: skip
 @quiet_option
 @verbose_option
 def serve(
-    socket_path: str | None, device: str, idle_timeout: float, quiet: bool, verbose: bool
+    socket_path: str | None,
+    device: str,
+    idle_timeout: float,
+    action: str | None,
+    quiet: bool,
+    verbose: bool,
 ) -> None:
     """Keep imgops warm for later commands: they run here, without the start-up.
 
@@ -54,12 +63,14 @@ def serve(
 
     A GPU kept warm holds its CUDA context, nvImageCodec's decoder and up to 2 GiB of pinned
     host memory while the server lives; `--device auto` sends a batch of any size to a warm
-    GPU. Ctrl-C, SIGTERM or the idle timeout stop the server.
+    GPU. `imgops serve --stop`, Ctrl-C, SIGTERM or the idle timeout stop the server.
 
     \b
     $ imgops serve &
     $ export IMGOPS_SERVER=1
     $ imgops gray photos/ -d gray/
+    $ imgops serve --status
+    $ imgops serve --stop
     """
     from ..serve import protocol
     from ..serve.server import Server, ServerBusy
@@ -76,6 +87,19 @@ def serve(
     def say(line: str) -> None:
         if not quiet:
             click.echo(f"imgops serve: {line}", err=True)
+
+    if action is not None:
+        from ..serve.client import control
+
+        status = control(path, action)
+        if status is None:
+            raise ImgopsError(f"no imgops server answers at {path}")
+        gpus = ", ".join(f"GPU {i}" for i in status["warm_gpus"]) or "no GPU"
+        done = "asked to stop" if action == "stop" else "up"
+        click.echo(f"imgops serve at {path}: {done} (pid {status['pid']}, imgops "
+                   f"{status['version']}, {status['commands']} command(s) in "
+                   f"{status['seconds_up']:g} s, {gpus} warm)")  # fmt: skip
+        return
 
     def log(line: str) -> None:
         if verbose and not quiet:

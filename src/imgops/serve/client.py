@@ -21,7 +21,7 @@ from typing import Any
 
 from . import protocol
 
-__all__ = ["RELAYED_COMMANDS", "forward", "relayable", "server_status"]
+__all__ = ["RELAYED_COMMANDS", "control", "forward", "relayable", "server_status"]
 
 #: The commands a server runs (the batch engine's); the rest always run in this process.
 RELAYED_COMMANDS = frozenset({"gray", "bin", "normvol"})
@@ -168,3 +168,18 @@ def server_status() -> tuple[Path | None, bool]:
         except OSError:
             return path, False
     return path, True
+
+
+def control(path: Path, action: str) -> dict[str, Any] | None:
+    """Asks the server at `path` for its status, or to stop ("status", "stop"); its status,
+    or None where no server answers."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+        try:
+            conn.connect(str(path))
+            protocol.send_json(conn, protocol.REQUEST, {"control": action})
+            frame = protocol.recv_frame(conn)
+        except OSError:
+            return None
+    if frame is None or frame[0] != protocol.EXIT:
+        return None
+    return json.loads(frame[1]).get("status")

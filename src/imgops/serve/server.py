@@ -93,11 +93,24 @@ class Server:
         self.idle_timeout = idle_timeout
         self._log = log or (lambda line: None)
         self.commands = 0
+        self._started = time.monotonic()
         self._socket: socket.socket | None = None
         self._stopping = False
         self._cancel_lock = threading.Lock()
         self._cancel_pending = False  # a caller's cancel is on its way to the main thread
         self._cancel_delivered = False  # ... and arrived there, as a KeyboardInterrupt
+
+    def status(self) -> dict[str, Any]:
+        """What `imgops serve --status` prints: process, version, commands run, warm GPUs."""
+        stages = sys.modules.get("imgops.engine.driver_stage")
+        warm = sorted(stages.warm_stages()) if stages is not None else []
+        return {
+            "pid": os.getpid(),
+            "version": __version__,
+            "commands": self.commands,
+            "seconds_up": round(time.monotonic() - self._started, 1),
+            "warm_gpus": warm,
+        }
 
     # ------------------------------------------------------------------ the socket
     def bind(self) -> None:
@@ -185,6 +198,12 @@ class Server:
             return
         conn.settimeout(None)
         if not isinstance(request, dict):
+            return
+        if request.get("control") in ("status", "stop"):
+            if request["control"] == "stop":
+                self._stopping = True
+                self._log("asked to stop")
+            protocol.send_json(conn, protocol.EXIT, {"status": self.status()})
             return
         refused = _refusal(request)
         if refused is not None:
