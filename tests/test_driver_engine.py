@@ -795,7 +795,8 @@ def test_a_warm_stage_serves_batch_after_batch_with_its_pinned_buffers(
 
 
 def test_a_warm_stage_whose_stream_fails_is_not_reused(tmp_path: Path, fake_driver, monkeypatch):
-    """A stage whose stream cannot drain (a failed context) is never handed to a later batch."""
+    """A stage whose stream cannot drain (a failed context) reports it and is never handed to
+    a later batch."""
     from imgops.engine import driver_stage
 
     monkeypatch.setattr(driver_stage, "make_decoder", lambda index, threads: FakeDecoder())
@@ -810,7 +811,8 @@ def test_a_warm_stage_whose_stream_fails_is_not_reused(tmp_path: Path, fake_driv
         raise cuda_driver.CudaError(700, "cuStreamSynchronize")
 
     monkeypatch.setattr(stage.stream, "synchronize", fail)
-    stage.close()
+    with pytest.raises(cuda_driver.CudaError):
+        stage.close()
     assert driver_stage.warm_stages() == {} and driver_stage._kept == [stage]
 
 

@@ -141,7 +141,7 @@ class DriverStage:
         GPU; otherwise (the command line, whose process exits right after the batch) it is kept
         to the exit: destroying nvImageCodec's decoder holds the GIL for ~0.3 s on the H200
         host, and the driver reclaims all of it when the process exits. A stage whose stream
-        fails to drain is never reused.
+        fails to drain raises that error and is never reused.
         """
         try:
             self.future.result(timeout)
@@ -149,11 +149,10 @@ class DriverStage:
             return
         try:
             self.synchronize()
-        except Exception:  # a failed context (e.g. an illegal address): never reused
-            if self.release:
-                raise
-            _keep_until_exit(self)
-            return
+        except Exception:  # a failed context (e.g. an illegal address): reported, never reused
+            if not self.release:
+                _keep_until_exit(self)
+            raise
         if not self.release:
             if _warm:
                 with _prestart_lock:
