@@ -5,7 +5,6 @@ this command warms up, binds, serves and reports."""
 
 from __future__ import annotations
 
-import sys
 import time
 
 import click
@@ -75,14 +74,10 @@ def serve(
     from ..serve import protocol
     from ..serve.server import Server, ServerBusy
 
-    if socket_path is not None:
-        path = protocol.server_socket_path(socket_path)
-    else:
-        import os
+    import os
 
-        path = protocol.server_socket_path(os.environ.get(protocol.SERVER_VARIABLE))
-        if path is None:
-            path = protocol.default_socket_path()
+    named = socket_path if socket_path is not None else os.environ.get(protocol.SERVER_VARIABLE)
+    path = protocol.server_socket_path(named) or protocol.default_socket_path()
 
     def say(line: str) -> None:
         if not quiet:
@@ -183,5 +178,4 @@ def _warm_up(device: str) -> str:
             raise ImgopsError(f"--device {device}: {problem}")
         return f"CPU only: {problem}"
     decoder = "nvImageCodec" if stage.decoder is not None else f"the CPU ({stage.decoder_problem})"
-    sys.stderr.flush()
     return f"GPU {index} warm, decoding on {decoder}"
