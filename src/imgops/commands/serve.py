@@ -71,10 +71,10 @@ def serve(
     $ imgops serve --status
     $ imgops serve --stop
     """
+    import os
+
     from ..serve import protocol
     from ..serve.server import Server, ServerBusy
-
-    import os
 
     named = socket_path if socket_path is not None else os.environ.get(protocol.SERVER_VARIABLE)
     path = protocol.server_socket_path(named) or protocol.default_socket_path()
