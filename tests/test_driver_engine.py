@@ -786,6 +786,16 @@ def test_a_warm_stage_serves_batch_after_batch_with_its_pinned_buffers(
         pools.append(stage.pinned_pool)
         driver_stage.discard_prestarted()  # what each command does at its end
         assert driver_stage.warm_stages() == {0: stage}
+    # --decoder gpu adopts the warm stage and its decoder too (instead of making its own)
+    settings = PipelineSettings(device="cuda", jobs=2, batch_size=3, decoder="gpu")
+    engine = _engine(settings, FakeDecoder())
+    assert engine.stage is stage
+    results = _run(engine, JPEGS, tmp_path / "gpu")
+    assert {r.decoder for r in results.values()} == {"nvimgcodec"}
+    for name, data in expected.items():
+        assert (tmp_path / "gpu" / name).read_bytes() == data, name
+    assert engine.decoder is None and driver_stage.warm_stages() == {0: stage}
+    assert stage.decoder is decoder
     device = FakeDevice.instances[-1]
     assert len(FakeDevice.instances) == 1 and not device.closed and device.blocks == {}
     assert pools[0] is not None and pools == [pools[0]] * 3  # pinned once, reused

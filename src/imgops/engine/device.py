@@ -187,12 +187,7 @@ def warm_gpu() -> int | None:
     import sys
 
     stages = sys.modules.get("imgops.engine.driver_stage")
-    if stages is None:
-        return None
-    stage = stages.warm_stages().get(0)
-    if stage is None or not stages.keeps_warm(stage) or not stage.future.done():
-        return None
-    if stage.future.exception() is not None or stage.decoder is None:
+    if stages is None or stages.ready_warm_stage(0) is None:
         return None
     return 0
 

@@ -42,6 +42,7 @@ from .driver_stage import (
     DriverStage,
     device_image,
     keeps_warm,
+    ready_warm_stage,
     take_prestarted,
 )
 from .types import join_notes
@@ -63,6 +64,11 @@ class DriverEngine(DeviceEngine):
     def _make_stage(self, device: str) -> DriverStage:
         factory = self._decoder_factory
         if self.settings.decoder == "gpu":
+            warm = ready_warm_stage(self._index)  # imgops serve: its decoder, already made
+            if warm is not None and take_prestarted(self._index) is warm:
+                decoder = warm.decoder
+                self._decoder_factory = lambda: decoder
+                return warm
             factory = None  # created in run(), on the calling thread, so that it fails early
         else:
             self._decoder_factory = None  # the stage creates it in the background

@@ -290,6 +290,18 @@ def keeps_warm(stage: DriverStage) -> bool:
     return _warm and not stage.release
 
 
+def ready_warm_stage(index: int) -> DriverStage | None:
+    """The warm stage waiting for GPU `index` (keep_warm), started and with nvImageCodec's
+    decoder; None where there is none (left in place: take_prestarted takes it)."""
+    with _prestart_lock:
+        stage = _prestarted.get(index)
+    if stage is None or not keeps_warm(stage) or not stage.future.done():
+        return None
+    if stage.future.exception() is not None or stage.decoder is None:
+        return None
+    return stage
+
+
 def warm_stages() -> dict[int, DriverStage]:
     """The stages waiting for the next batch, by GPU (started or still starting)."""
     with _prestart_lock:
