@@ -402,3 +402,46 @@ def test_status_and_stop(tmp_path: Path):
     assert gone.returncode == 1
     assert gone.stderr.strip() == f"imgops: error: no imgops server answers at {sock}"
     shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_detach_returns_once_the_server_answers(tmp_path: Path):
+    folder = _short_folder()
+    sock = folder / "s.sock"
+    env = {k: v for k, v in os.environ.items() if k != "IMGOPS_SERVER"}
+    started = subprocess.run([*IMGOPS, "serve", "--socket", str(sock), "--device", "cpu",
+                              "--detach"], capture_output=True, text=True, env=env,
+                             timeout=120)  # fmt: skip
+    try:
+        assert started.returncode == 0, started.stderr
+        assert f"ready at {sock} (pid " in started.stderr
+        pid = int(started.stderr.split("(pid ")[1].split(",")[0])
+        done = subprocess.run(IMGOPS + ["gray", str(SAMPLES / "camera_gray.png"), "-o", "c.png"],
+                              cwd=tmp_path, env=dict(env, IMGOPS_SERVER=str(sock)),
+                              capture_output=True, text=True, timeout=120)  # fmt: skip
+        assert done.returncode == 0 and "1 written" in done.stderr
+        again = subprocess.run([*IMGOPS, "serve", "--socket", str(sock), "--detach"],
+                               capture_output=True, text=True, env=env, timeout=120)  # fmt: skip
+        assert again.returncode == 1 and "already running there" in again.stderr
+        assert "ready at" in (folder / "s.sock.log").read_text()  # its log left alone
+    finally:
+        stop = subprocess.run([*IMGOPS, "serve", "--socket", str(sock), "--stop"],
+                              capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert stop.returncode == 0 and f"(pid {pid}," in stop.stdout
+    deadline = time.monotonic() + 30
+    while sock.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not sock.exists()
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_detach_reports_a_server_that_cannot_start(tmp_path: Path):
+    folder = _short_folder()
+    env = {k: v for k, v in os.environ.items() if k != "IMGOPS_SERVER"}
+    env["CUDA_VISIBLE_DEVICES"] = ""  # no GPU, wherever this runs
+    failed = subprocess.run([*IMGOPS, "serve", "--socket", str(folder / "s.sock"), "--device",
+                             "cuda", "--detach"], capture_output=True, text=True, env=env,
+                            timeout=120)  # fmt: skip
+    assert failed.returncode == 1
+    assert failed.stderr.startswith("imgops: error: the server stopped before it answered: ")
+    assert "--device cuda" in failed.stderr and not (folder / "s.sock").exists()
+    shutil.rmtree(folder, ignore_errors=True)

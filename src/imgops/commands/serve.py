@@ -5,6 +5,7 @@ this command warms up, binds, serves and reports."""
 
 from __future__ import annotations
 
+import sys
 import time
 
 import click
@@ -37,6 +38,8 @@ from ..cli_common import ImgopsCommand, ImgopsError, quiet_option, verbose_optio
     metavar="SECONDS",
     help="Stop after this long without a command (0: never).",
 )
+@click.option("--detach", is_flag=True, help="Start the server in the background and return "
+              "once it answers (its messages go to the socket's path + .log).")  # fmt: skip
 @click.option("--status", "action", flag_value="status", help="Say whether a server answers "
               "on the socket (its process, commands run, warm GPUs); exit 1 if none.")  # fmt: skip
 @click.option("--stop", "action", flag_value="stop", help="Stop the server on the socket "
@@ -47,6 +50,7 @@ def serve(
     socket_path: str | None,
     device: str,
     idle_timeout: float,
+    detach: bool,
     action: str | None,
     quiet: bool,
     verbose: bool,
@@ -65,7 +69,7 @@ def serve(
     GPU. `imgops serve --stop`, Ctrl-C, SIGTERM or the idle timeout stop the server.
 
     \b
-    $ imgops serve &
+    $ imgops serve --detach            # or: imgops serve &
     $ export IMGOPS_SERVER=1
     $ imgops gray photos/ -d gray/
     $ imgops serve --status
@@ -96,6 +100,12 @@ def serve(
                    f"{status['seconds_up']:g} s, {gpus} warm)")  # fmt: skip
         return
 
+    if detach:
+        pid, log_path = _detach(path, device, idle_timeout, verbose)
+        say(f"ready at {path} (pid {pid}, messages in {log_path}); in the calling shell: "
+            f"export {protocol.SERVER_VARIABLE}={_variable(path)}")  # fmt: skip
+        return
+
     def log(line: str) -> None:
         if verbose and not quiet:
             click.echo(f"imgops serve: {time.strftime('%H:%M:%S')} {line}", err=True)
@@ -108,15 +118,58 @@ def serve(
     _terminate_removes(server)
     try:
         warm = _warm_up(device)
-        variable = "1" if path == protocol.default_socket_path() else str(path)
         say(f"ready at {path} ({warm}); in the calling shell: export "
-            f"{protocol.SERVER_VARIABLE}={variable}")  # fmt: skip
+            f"{protocol.SERVER_VARIABLE}={_variable(path)}")  # fmt: skip
         server.serve()
     except KeyboardInterrupt:
         pass
     finally:
         server.close()
     say(f"stopped after {server.commands} command(s)")
+
+
+def _variable(path) -> str:
+    """What IMGOPS_SERVER is set to for the socket at `path`."""
+    from ..serve import protocol
+
+    return "1" if path == protocol.default_socket_path() else str(path)
+
+
+def _detach(path, device: str, idle_timeout: float, verbose: bool) -> tuple[int, str]:
+    """Starts `imgops serve` on `path` as a process of its own session (the terminal's Ctrl-C
+    and hang-up do not reach it), waits until it answers, and returns its pid and log file;
+    ImgopsError with its last message if it stops first."""
+    import os
+    import subprocess
+
+    from ..serve import protocol
+    from ..serve.client import control
+
+    try:
+        protocol.private_folder(path, create=True)
+    except protocol.ServerSocketError as error:
+        raise ImgopsError(str(error)) from None
+    if protocol.listening(path):  # (before the log of that server is clobbered)
+        raise ImgopsError(f"{path}: an imgops server is already running there")
+    log_path = path.with_name(path.name + ".log")
+    command = [sys.executable, "-m", "imgops.cli", "serve", "--socket", str(path)]
+    command += ["--device", device, "--idle-timeout", f"{idle_timeout:g}"]
+    command += ["-v"] if verbose else []
+    env = {k: v for k, v in os.environ.items() if k != protocol.SERVER_VARIABLE}
+    with open(log_path, "w") as log:
+        child = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                 stderr=log, env=env, start_new_session=True)  # fmt: skip
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        if child.poll() is not None:
+            lines = log_path.read_text().strip().splitlines() or ["no message"]
+            raise ImgopsError(f"the server stopped before it answered: {lines[-1]}")
+        status = control(path, "status") if path.exists() else None
+        if status is not None and status.get("pid") == child.pid:
+            return child.pid, str(log_path)
+        time.sleep(0.05)
+    child.terminate()
+    raise ImgopsError(f"the server did not answer within 300 s (see {log_path})")
 
 
 def _run_command(argv: list[str]) -> int:

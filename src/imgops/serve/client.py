@@ -162,12 +162,7 @@ def server_status() -> tuple[Path | None, bool]:
     path = protocol.server_socket_path(os.environ.get(protocol.SERVER_VARIABLE))
     if path is None:
         return None, False
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
-        try:
-            conn.connect(str(path))
-        except OSError:
-            return path, False
-    return path, True
+    return path, protocol.listening(path)
 
 
 def control(path: Path, action: str) -> dict[str, Any] | None:

@@ -88,6 +88,17 @@ def private_folder(path: Path, *, create: bool) -> None:
         raise ServerSocketError(f"{path}: too long for a Unix socket path (at most 100 bytes)")
 
 
+def listening(path: Path) -> bool:
+    """Whether a process accepts connections on the socket at `path` (a connect, nothing
+    sent: it does not wait for a server busy with a command)."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+        try:
+            probe.connect(str(path))
+        except OSError:
+            return False
+    return True
+
+
 def peer_uid(conn: socket.socket) -> int | None:
     """The user id of the process at the other end (Linux; None where unknown)."""
     option = getattr(socket, "SO_PEERCRED", None)

@@ -119,15 +119,9 @@ class Server:
         the path cannot be used."""
         protocol.private_folder(self.path, create=True)
         if self.path.exists() or self.path.is_symlink():
-            probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            try:
-                probe.connect(str(self.path))
-            except OSError:
-                self.path.unlink()  # nobody listens: a dead server's socket
-            else:
+            if protocol.listening(self.path):
                 raise ServerBusy(f"{self.path}: an imgops server is already running there")
-            finally:
-                probe.close()
+            self.path.unlink()  # nobody listens: a dead server's socket
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         old = os.umask(0o077)
         try:
