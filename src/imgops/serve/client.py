@@ -25,9 +25,6 @@ __all__ = ["RELAYED_COMMANDS", "control", "forward", "relayable", "server_status
 
 #: The commands a server runs (the batch engine's); the rest always run in this process.
 RELAYED_COMMANDS = frozenset({"gray", "bin", "normvol"})
-#: Settings relayed to the server's run of the command besides the IMGOPS_* variables (how
-#: rich draws on the caller's terminal).
-_TERMINAL_VARIABLES = ("NO_COLOR", "FORCE_COLOR", "TERM")
 
 
 def _uses_stdio(arg: str) -> bool:
@@ -61,7 +58,7 @@ def _request(args: list[str]) -> dict[str, Any]:
     os.umask(umask)
     env = {k: v for k, v in os.environ.items() if k.startswith("IMGOPS_")}
     env.pop(protocol.SERVER_VARIABLE, None)
-    env.update({k: os.environ[k] for k in _TERMINAL_VARIABLES if k in os.environ})
+    env.update({k: os.environ[k] for k in protocol.TERMINAL_VARIABLES if k in os.environ})
     try:
         stderr_tty = sys.stderr.isatty()
     except (AttributeError, ValueError):
@@ -96,6 +93,10 @@ def forward(args: list[str]) -> int | None:
     path = protocol.server_socket_path(os.environ.get(protocol.SERVER_VARIABLE))
     if path is None or not relayable(args):
         return None
+    try:
+        request = _request(args)
+    except OSError:  # e.g. this folder was removed: the command line says so its own way
+        return None
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         conn.connect(str(path))
@@ -106,7 +107,7 @@ def forward(args: list[str]) -> int | None:
         return None
     with conn:
         try:
-            protocol.send_json(conn, protocol.REQUEST, _request(args))
+            protocol.send_json(conn, protocol.REQUEST, request)
             return _relay(conn, args, path)
         except OSError as error:
             print(f"imgops: error: the server at {path}: {error.strerror or error}",

@@ -40,6 +40,9 @@ MAX_FRAME = 64 << 20  # bytes a frame may carry (a request is a few KiB; output 
 #: The environment variable that sends commands to a server: unset, "", "0" or "off": none;
 #: "1", "on" or "auto": the default socket; anything else: a socket path.
 SERVER_VARIABLE = "IMGOPS_SERVER"
+#: Variables relayed to the server's run of a command besides IMGOPS_* (how rich draws on the
+#: caller's terminal); the server's own are not used.
+TERMINAL_VARIABLES = ("NO_COLOR", "FORCE_COLOR", "TERM")
 
 
 class ServerSocketError(Exception):

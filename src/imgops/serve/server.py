@@ -271,6 +271,17 @@ def _refusal(request: dict[str, Any]) -> str | None:
     return None
 
 
+def relayed_names(env: dict[str, str]) -> set[str]:
+    """The variables of a caller's `env` that its command runs with: IMGOPS_* (but the
+    server's address) and protocol.TERMINAL_VARIABLES; nothing else is taken."""
+    return {
+        k
+        for k in env
+        if (k.startswith("IMGOPS_") and k != protocol.SERVER_VARIABLE)
+        or k in protocol.TERMINAL_VARIABLES
+    }
+
+
 @contextlib.contextmanager
 def _callers_setting(request: dict[str, Any], out: Any, err: Any) -> Iterator[None]:
     """The caller's folder, umask, IMGOPS_* and terminal variables, and stdout/stderr that
@@ -280,10 +291,12 @@ def _callers_setting(request: dict[str, Any], out: Any, err: Any) -> Iterator[No
     saved_streams = sys.stdout, sys.stderr
     saved_umask = os.umask(int(request.get("umask", 0o022)))
     try:
-        for key in [k for k in os.environ if k.startswith("IMGOPS_")]:
+        relayed = [k for k in os.environ if k.startswith("IMGOPS_")]
+        for key in relayed + [k for k in protocol.TERMINAL_VARIABLES if k in os.environ]:
             if key != protocol.SERVER_VARIABLE:
                 del os.environ[key]
-        os.environ.update({str(k): str(v) for k, v in dict(request.get("env", {})).items()})
+        given = {str(k): str(v) for k, v in dict(request.get("env", {})).items()}
+        os.environ.update({k: v for k, v in given.items() if k in relayed_names(given)})
         os.environ["COLUMNS"] = str(int(request.get("columns", 80)))
         os.chdir(request["cwd"])
         sys.stdout, sys.stderr = out, err
