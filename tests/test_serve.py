@@ -77,6 +77,14 @@ def test_frames_come_through_whole_and_large_ones_in_pieces(monkeypatch):
         assert protocol.recv_frame(right) is None  # cut short: the end of the connection
 
 
+def test_a_caller_sets_only_imgops_and_terminal_variables():
+    from imgops.serve.server import relayed_names
+
+    env = {"IMGOPS_MAX_IMAGE_PIXELS": "9", "IMGOPS_SERVER": "/x", "LD_PRELOAD": "evil.so",
+           "TERM": "xterm", "PATH": "/bin", "NO_COLOR": "1"}  # fmt: skip
+    assert relayed_names(env) == {"IMGOPS_MAX_IMAGE_PIXELS", "TERM", "NO_COLOR"}
+
+
 @pytest.mark.parametrize(
     ("args", "relayed"),
     [
