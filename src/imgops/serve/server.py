@@ -32,7 +32,7 @@ from typing import Any
 from .. import __version__
 from . import protocol
 
-__all__ = ["Server", "ServerBusy"]
+__all__ = ["Server", "ServerBusy", "relayed_names"]
 
 REQUEST_SECONDS = 10.0  # how long a caller has to send its request once connected
 
