@@ -77,6 +77,14 @@ def test_frames_come_through_whole_and_large_ones_in_pieces(monkeypatch):
         assert protocol.recv_frame(right) is None  # cut short: the end of the connection
 
 
+def test_without_unix_sockets_the_command_runs_here(monkeypatch, capsys):
+    monkeypatch.setenv("IMGOPS_SERVER", "1")
+    monkeypatch.delattr(socket, "AF_UNIX")
+    assert client.forward(["gray", "a.jpg", "-o", "b.png"]) is None
+    assert "imgops serve needs Unix sockets" in capsys.readouterr().err
+    assert client.server_status()[1] is False
+
+
 def test_a_caller_sets_only_imgops_and_terminal_variables():
     from imgops.serve.server import relayed_names
 

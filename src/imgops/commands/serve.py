@@ -76,9 +76,13 @@ def serve(
     $ imgops serve --stop
     """
     import os
+    import socket
 
     from ..serve import protocol
     from ..serve.server import Server, ServerBusy
+
+    if not hasattr(socket, "AF_UNIX"):
+        raise ImgopsError("imgops serve needs Unix sockets, which this system lacks")
 
     named = socket_path if socket_path is not None else os.environ.get(protocol.SERVER_VARIABLE)
     path = protocol.server_socket_path(named) or protocol.default_socket_path()

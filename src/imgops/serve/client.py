@@ -93,6 +93,9 @@ def forward(args: list[str]) -> int | None:
     path = protocol.server_socket_path(os.environ.get(protocol.SERVER_VARIABLE))
     if path is None or not relayable(args):
         return None
+    if not hasattr(socket, "AF_UNIX"):
+        _note(args, "imgops serve needs Unix sockets, which this system lacks")
+        return None
     try:
         request = _request(args)
     except OSError:  # e.g. this folder was removed: the command line says so its own way
@@ -161,8 +164,8 @@ def _relay(conn: socket.socket, args: list[str], path: Path) -> int | None:
 def server_status() -> tuple[Path | None, bool]:
     """The socket IMGOPS_SERVER names (None: unset) and whether a server answers there."""
     path = protocol.server_socket_path(os.environ.get(protocol.SERVER_VARIABLE))
-    if path is None:
-        return None, False
+    if path is None or not hasattr(socket, "AF_UNIX"):
+        return path, False
     return path, protocol.listening(path)
 
 
