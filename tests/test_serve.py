@@ -461,3 +461,16 @@ def test_detach_reports_a_server_that_cannot_start(tmp_path: Path):
     assert failed.stderr.startswith("imgops: error: the server stopped before it answered: ")
     assert "--device cuda" in failed.stderr and not (folder / "s.sock").exists()
     shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_without_imgops_server_the_relay_costs_no_import():
+    """IMGOPS_SERVER unset: the executable does not import the client (socket and the rest)."""
+    probe = "\n".join([
+        "import sys", "sys.argv = ['imgops', '--help']", "from imgops.entry import main",
+        "try:", "    main()", "except SystemExit:", "    pass",
+        "print('imgops.serve.client' in sys.modules, 'socket' in sys.modules, file=sys.stderr)",
+    ])  # fmt: skip
+    env = {k: v for k, v in os.environ.items() if k != "IMGOPS_SERVER"}
+    done = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True,
+                          timeout=60)  # fmt: skip
+    assert done.stderr.strip().splitlines()[-1] == "False False", done.stderr

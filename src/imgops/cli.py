@@ -108,7 +108,9 @@ def main(relay: bool = True) -> None:
     libraries print on descriptor 2 are captured from here on and reported with the file they
     came from (imgops.io.decoder_warnings).
     """
-    if relay:
+    from . import serve
+
+    if relay and serve.wanted():
         from .serve import client
 
         forwarded = client.forward(sys.argv[1:])

@@ -11,11 +11,14 @@ import sys
 
 def main() -> None:
     """Relays to a server where one is wanted and answers; otherwise runs the command line."""
-    from .serve import client
+    from . import serve
 
-    forwarded = client.forward(sys.argv[1:])
-    if forwarded is not None:
-        sys.exit(forwarded)
+    if serve.wanted():
+        from .serve import client
+
+        forwarded = client.forward(sys.argv[1:])
+        if forwarded is not None:
+            sys.exit(forwarded)
     from .cli import main as run_here
 
     run_here(relay=False)

@@ -31,11 +31,12 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from ..serve import SERVER_VARIABLE
+
 IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".tif", ".tiff", ".bmp", ".webp"}
 PEER_SCRIPT = Path(__file__).with_name("opencv_pool.py")
 _CHECK_FILES = 5  # outputs compared between tools per run
 CPU_REFERENCE = "imgops gray cpu"
-SERVER_VARIABLE = "IMGOPS_SERVER"  # (imgops.serve.protocol's; not imported for one name)
 
 
 def image_files(folder: Path) -> list[Path]:

@@ -20,12 +20,15 @@ import struct
 from pathlib import Path
 from typing import Any
 
+from . import OFF_VALUES, SERVER_VARIABLE
+
 __all__ = [
     "CANCEL",
     "EXIT",
     "REQUEST",
     "STDERR",
     "STDOUT",
+    "SERVER_VARIABLE",
     "ServerSocketError",
     "default_socket_path",
     "recv_frame",
@@ -37,9 +40,6 @@ REQUEST, CANCEL, STDOUT, STDERR, EXIT = b"R", b"C", b"O", b"E", b"X"
 PROTOCOL = 1
 _HEADER = struct.Struct(">cI")
 MAX_FRAME = 64 << 20  # bytes a frame may carry (a request is a few KiB; output comes in pieces)
-#: The environment variable that sends commands to a server: unset, "", "0" or "off": none;
-#: "1", "on" or "auto": the default socket; anything else: a socket path.
-SERVER_VARIABLE = "IMGOPS_SERVER"
 #: Variables relayed to the server's run of a command besides IMGOPS_* (how rich draws on the
 #: caller's terminal); the server's own are not used.
 TERMINAL_VARIABLES = ("NO_COLOR", "FORCE_COLOR", "TERM")
@@ -60,7 +60,7 @@ def default_socket_path() -> Path:
 def server_socket_path(value: str | None) -> Path | None:
     """The socket IMGOPS_SERVER's `value` names (None: no server wanted)."""
     value = (value or "").strip()
-    if value.lower() in ("", "0", "off", "no", "false"):
+    if value.lower() in OFF_VALUES:
         return None
     if value.lower() in ("1", "on", "yes", "true", "auto"):
         return default_socket_path()
