@@ -162,3 +162,18 @@ def test_pipeline_bench_passes_no_fsync_to_imgops_only(tmp_path: Path) -> None:
         flagged = "--no-fsync" in spec["command"]
         assert flagged == name.startswith("imgops gray"), name
         assert "--no-fsync" not in durable[name]["command"]
+
+
+def test_pipeline_bench_with_a_warm_server(tmp_path: Path) -> None:
+    """--server: each imgops row again, relayed to an `imgops serve` started (--detach) and
+    stopped (--stop) by the bench; the same outputs as the cold row."""
+    folder = tmp_path / "photos"
+    folder.mkdir()
+    for name in ("rocket_baseline_rgb.jpg", "coffee_rgb.png"):
+        shutil.copy(SAMPLES / name, folder / name)
+    report = pipeline.run_pipeline(folder, reps=1, device="cpu", nvdecode=False, server=True)
+    runs = {run["tool"]: run for run in report["runs"]}
+    cold, warm = runs["imgops gray cpu"], runs["imgops gray cpu, warm server"]
+    assert warm.get("error") is None and warm["files_per_s"] > 0, warm
+    assert warm["output_bytes"] == cold["output_bytes"] > 0
+    assert warm["check"].startswith("max diff 0")

@@ -233,19 +233,14 @@ def _served(socket_path: Path | None, device: str) -> Iterator[Callable[[dict[st
     if socket_path is None:
         yield lambda spec: None
         return
-    log = socket_path.with_name("serve.log")
     env = {k: v for k, v in os.environ.items() if k != SERVER_VARIABLE}
-    command = [sys.executable, "-m", "imgops.cli", "serve", "--socket", str(socket_path)]
-    command += ["--device", device, "--idle-timeout", "0"]
-    with log.open("w") as stderr:
-        process = subprocess.Popen(command, stderr=stderr, stdout=subprocess.DEVNULL, env=env)
+    serve = [sys.executable, "-m", "imgops.cli", "serve", "--socket", str(socket_path)]
+    started = subprocess.run([*serve, "--device", device, "--idle-timeout", "0", "--detach"],
+                             capture_output=True, text=True, env=env, check=False)  # fmt: skip
+    if started.returncode != 0:
+        lines = started.stderr.strip().splitlines() or ["no message"]
+        raise RuntimeError(f"imgops serve did not start: {lines[-1]}")
     try:
-        deadline = time.monotonic() + 120
-        while "ready at" not in log.read_text():
-            if process.poll() is not None or time.monotonic() > deadline:
-                lines = log.read_text().strip().splitlines() or ["no message"]
-                raise RuntimeError(f"imgops serve did not start: {lines[-1]}")
-            time.sleep(0.05)
 
         def warm_up(spec: dict[str, Any]) -> None:
             if spec["out"] is not None:
@@ -255,11 +250,7 @@ def _served(socket_path: Path | None, device: str) -> Iterator[Callable[[dict[st
 
         yield warm_up
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            process.kill()
+        subprocess.run([*serve, "--stop"], capture_output=True, env=env, check=False)
 
 
 def _run_once(
