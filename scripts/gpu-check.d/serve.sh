@@ -2,8 +2,10 @@
 # `imgops serve` on a GPU host: process walls of `imgops gray` relayed to a server that keeps
 # GPU 0 warm against cold runs, on the 800-photo batch and the same hard-linked 4 times
 # (3200), PNG and `-f jpg`, with the OpenCV 16-process pool of `imgops bench` as the baseline;
-# small batches (1, 64 files) relayed on cuda and cpu; the relayed outputs checked against the
-# exact luma of OpenCV's decode; then IMGOPS_NVIMGCODEC_GIL=hold against release (cold, 3200).
+# small batches (1, 64 files) relayed on cuda and cpu; 64 single-file calls under xargs -P
+# (nproc at once: the server runs them one after another), relayed and cold; the relayed
+# outputs checked against the exact luma of OpenCV's decode; then IMGOPS_NVIMGCODEC_GIL=hold
+# against release (cold, 3200).
 # After the build step (or with the torch-free CLI's compiled files in src/imgops).
 # SERVE_DEVICE=cpu: the server keeps no GPU warm (a dry run of this script without a GPU).
 # Results: $OUT/serve-walls.txt (label|rc|ms|files|stats), $OUT/serve-log.txt.
@@ -84,6 +86,20 @@ done
 for n in 1 64; do
   gray "$n relayed cuda" "$BATCH-$n" $RELAY --device cuda
   gray "$n relayed cpu" "$BATCH-$n" $RELAY --device cpu
+done
+ls "$BATCH-64"/* >/tmp/imgops-serve-64.txt
+each() {  # label, env (VAR=value or -): 64 single-file calls, xargs -P nproc, as a shell loop runs
+  local env=$2; [ "$env" = - ] && env=IMGOPS_SERVE_CHECK=1
+  rm -rf /tmp/imgops-serve; mkdir -p /tmp/imgops-serve
+  local s; s=$(date +%s%N)
+  env "$env" xargs -P "$(nproc)" -I{} sh -c \
+    "$PY -m imgops.entry gray {} -o /tmp/imgops-serve/\$(basename {} .jpg).png -q --no-fsync" \
+    </tmp/imgops-serve-64.txt 2>/tmp/imgops-serve.err
+  echo "$1|rc=$?|$(( ($(date +%s%N) - s) / 1000000 )) ms|$(ls /tmp/imgops-serve | wc -l) files|$(tail -c 200 /tmp/imgops-serve.err)" | tee -a "$WALLS"
+}
+for round in $(seq "$ROUNDS"); do
+  each "64 single-file calls, xargs -P $(nproc), relayed" $RELAY
+  each "64 single-file calls, xargs -P $(nproc), cold" -
 done
 for round in $(seq "$ROUNDS"); do
   gray "800 relayed cuda -f jpg" "$BATCH" $RELAY --device cuda -f jpg

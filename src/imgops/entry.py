@@ -22,3 +22,7 @@ def main() -> None:
     from .cli import main as run_here
 
     run_here(relay=False)
+
+
+if __name__ == "__main__":  # python -m imgops.entry: what the installed `imgops` runs
+    main()
