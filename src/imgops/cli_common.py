@@ -104,7 +104,8 @@ GRAY_CUDA_MIN_FILES_TORCH = 3000
 DEVICE_HELP = (
     "auto: the GPU when it pays (a CUDA GPU visible and imgops' CUDA kernels built; gray also "
     f"needs nvImageCodec and at least {GRAY_CUDA_MIN_FILES} files, {GRAY_CUDA_MIN_FILES_TORCH} "
-    "on the torch engine), else the CPU; or cpu, "
+    "on the torch engine, any number where `imgops serve` keeps the GPU warm), else the CPU; "
+    "or cpu, "
     "cuda, cuda:N. Every device gives the same bits."
 )
 
