@@ -336,6 +336,37 @@ def test_the_idle_timeout_stops_the_server(tmp_path: Path):
     assert not (folder / "s.sock").exists()
 
 
+def test_ctrl_c_of_a_caller_waiting_its_turn_leaves_at_once_and_nothing_runs(
+    served, tmp_path: Path
+):
+    """While another command runs, a waiting caller's Ctrl-C ends it at once (status 130) and
+    the server never runs its command; the running one goes on to its end."""
+    (tmp_path / "a").mkdir()
+    flower = SAMPLES / "flower_gray_3mp.jpg"
+    for i in range(600):
+        os.link(flower, tmp_path / "a" / f"f{i:03d}.jpg")
+    first = subprocess.Popen(IMGOPS + ["gray", "a", "-d", "a-out", "-q"], cwd=tmp_path,
+                             env=served.env(), stderr=subprocess.PIPE, text=True)  # fmt: skip
+    deadline = time.monotonic() + 60
+    while not any((tmp_path / "a-out").glob("*.png")) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    waiting = subprocess.Popen(IMGOPS + ["gray", "a/f000.jpg", "-o", "b.png"], cwd=tmp_path,
+                               env=served.env(), stderr=subprocess.PIPE, text=True)  # fmt: skip
+    time.sleep(1.0)  # connected, its request queued behind the first command
+    assert first.poll() is None, "the first batch ended too soon for this test"
+    waiting.send_signal(signal.SIGINT)
+    stderr = waiting.communicate(timeout=10)[1]
+    assert waiting.returncode == 130, stderr
+    assert "before the server began the command" in stderr
+    assert first.poll() is None  # it left while the first command still ran
+    assert first.wait(timeout=120) == 0, first.stderr.read()
+    assert len(list((tmp_path / "a-out").iterdir())) == 600
+    done = served.run(["gray", "a/f001.jpg", "-o", "c.png", "-q"], cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert not (tmp_path / "b.png").exists()  # its turn came after the first; it did not run
+    assert "left before its turn" in served.log.read_text()
+
+
 def test_two_callers_at_once_both_get_their_batch(served, tmp_path: Path):
     """One command runs at a time; the second caller waits its turn, then runs."""
     for name in ("a", "b"):

@@ -118,11 +118,20 @@ def forward(args: list[str]) -> int | None:
             return 1
 
 
+class _LeftWaiting(KeyboardInterrupt):
+    """Ctrl-C while the request waited for its turn (another command was running)."""
+
+
+#: How long a caller cancelled before its turn waits to learn whether the command had begun.
+TURN_ANSWER_SECONDS = 1.0
+
+
 def _relay(conn: socket.socket, args: list[str], path: Path) -> int | None:
-    """Copies the server's output here until its exit status comes; the first Ctrl-C asks the
-    server to stop the command (it finishes the files in progress, as here), a second one
-    leaves at once."""
-    cancelled = False
+    """Copies the server's output here until its exit status comes. A Ctrl-C while the request
+    waits for its turn leaves at once (the server will not run it); once the command runs,
+    the first Ctrl-C asks the server to stop it (it finishes the files in progress, as here)
+    and a second one leaves at once."""
+    started = cancelled = False
 
     def on_interrupt(signum: int, frame: Any) -> None:
         nonlocal cancelled
@@ -133,23 +142,37 @@ def _relay(conn: socket.socket, args: list[str], path: Path) -> int | None:
             protocol.send_frame(conn, protocol.CANCEL, b"")
         except OSError:
             raise KeyboardInterrupt from None
+        if not started:
+            raise _LeftWaiting
 
     previous = signal.signal(signal.SIGINT, on_interrupt)
     try:
         while True:
-            frame = protocol.recv_frame(conn)
+            try:
+                frame = protocol.recv_frame(conn)
+            except _LeftWaiting:
+                frame = _answer_to_a_cancel_before_the_turn(conn)
+                if frame is None:
+                    print("imgops: interrupted before the server began the command (not run)",
+                          file=sys.stderr)  # fmt: skip
+                    return 130
+                started = True  # any answer: the turn had come (its frames go on as usual)
             if frame is None:
                 print(f"imgops: error: the server at {path} closed the connection before the "
                       "command finished", file=sys.stderr)  # fmt: skip
                 return 1
             kind, payload = frame
-            if kind == protocol.STDOUT:
+            if kind == protocol.STARTED:
+                started = True
+            elif kind == protocol.STDOUT:
                 _write(sys.stdout, payload)
             elif kind == protocol.STDERR:
                 _write(sys.stderr, payload)
             elif kind == protocol.EXIT:
                 answer = json.loads(payload)
                 if answer.get("refused"):
+                    if cancelled:
+                        return 130
                     _note(args, f"the server at {path} {answer['refused']}")
                     return None
                 return int(answer["code"])
@@ -159,6 +182,18 @@ def _relay(conn: socket.socket, args: list[str], path: Path) -> int | None:
         return 130
     finally:
         signal.signal(signal.SIGINT, previous)
+
+
+def _answer_to_a_cancel_before_the_turn(conn: socket.socket) -> tuple[bytes, bytes] | None:
+    """The next frame where one comes within TURN_ANSWER_SECONDS (the turn had just come: the
+    command is then stopped as any running command is); else None."""
+    conn.settimeout(TURN_ANSWER_SECONDS)
+    try:
+        return protocol.recv_frame(conn)
+    except (OSError, ValueError):
+        return None
+    finally:
+        conn.settimeout(None)
 
 
 def server_status() -> tuple[Path | None, bool]:

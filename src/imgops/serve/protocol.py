@@ -2,8 +2,10 @@
 
 Every message is a frame: one type byte, the payload's length (4 bytes, big-endian), the payload.
 The client sends REQUEST (JSON: the command line, its folder, umask, IMGOPS_* settings and
-whether its stderr is a terminal) and later, on Ctrl-C, CANCEL. The server answers with STDOUT
-and STDERR bytes as the command prints them, then EXIT (JSON: the exit status).
+whether its stderr is a terminal) and later, on Ctrl-C, CANCEL. The server answers with STARTED
+when the command's turn comes (a server runs one at a time), STDOUT and STDERR bytes as the
+command prints them, then EXIT (JSON: the exit status). A request whose caller cancelled or left
+before its turn is not run.
 
 The socket lives in a folder only its user may enter: $XDG_RUNTIME_DIR/imgops, else
 /tmp/imgops-UID (made 0700, refused if anyone else owns it or may enter it); the server also
@@ -26,6 +28,7 @@ __all__ = [
     "CANCEL",
     "EXIT",
     "REQUEST",
+    "STARTED",
     "STDERR",
     "STDOUT",
     "SERVER_VARIABLE",
@@ -36,7 +39,7 @@ __all__ = [
     "server_socket_path",
 ]
 
-REQUEST, CANCEL, STDOUT, STDERR, EXIT = b"R", b"C", b"O", b"E", b"X"
+REQUEST, CANCEL, STARTED, STDOUT, STDERR, EXIT = b"R", b"C", b"S", b"O", b"E", b"X"
 PROTOCOL = 1
 _HEADER = struct.Struct(">cI")
 MAX_FRAME = 64 << 20  # bytes a frame may carry (a request is a few KiB; output comes in pieces)

@@ -199,10 +199,16 @@ class Server:
                 self._log("asked to stop")
             protocol.send_json(conn, protocol.EXIT, {"status": self.status()})
             return
+        if _left_before_its_turn(conn):
+            self._log("a caller left before its turn: its command was not run")
+            with contextlib.suppress(OSError):
+                protocol.send_json(conn, protocol.EXIT, {"code": 130})
+            return
         refused = _refusal(request)
         if refused is not None:
             protocol.send_json(conn, protocol.EXIT, {"refused": refused})
             return
+        protocol.send_frame(conn, protocol.STARTED, b"")
         start = time.perf_counter()
         code = self._run(conn, request)
         self.commands += 1
@@ -251,6 +257,20 @@ class Server:
             err.write(f"imgops: error: {error}\n")
             code = 1
         return code
+
+
+def _left_before_its_turn(conn: socket.socket) -> bool:
+    """Whether the caller sent CANCEL, or closed the connection, while its request waited."""
+    conn.setblocking(False)
+    try:
+        waiting = conn.recv(1, socket.MSG_PEEK)
+    except BlockingIOError:
+        return False  # nothing since the request: the caller waits
+    except OSError:
+        return True
+    finally:
+        conn.setblocking(True)
+    return waiting in (b"", protocol.CANCEL)
 
 
 def _refusal(request: dict[str, Any]) -> str | None:
