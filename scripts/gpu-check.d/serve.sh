@@ -57,6 +57,11 @@ pool() {  # label, format: the OpenCV pool that imgops bench times
   local rc=$?
   echo "$1|rc=$rc|$(( ($(date +%s%N) - s) / 1000000 )) ms|$(ls /tmp/imgops-serve-pool | wc -l) files|$(du -sb /tmp/imgops-serve-pool | cut -f1) bytes" | tee -a "$WALLS"
 }
+server_memory() {  # label: the server's RSS, threads and GPU memory (growth across commands?)
+  local gpu; gpu=$(nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader 2>/dev/null \
+    | awk -F', ' -v p="$SERVER" '$1 == p {print $2}')
+  echo "$1|server $(grep -E 'VmRSS|VmHWM' /proc/$SERVER/status | tr -s ' \t' ' ' | tr '\n' ' ')threads $(ls /proc/$SERVER/task | wc -l)|GPU ${gpu:-?}" | tee -a "$WALLS"
+}
 verify() {  # input folder: the outputs of the last gray run against OpenCV's luma
   $PY scripts/gpu-check.d/serve_verify.py "$1" /tmp/imgops-serve 2>&1 | tee -a "$WALLS"
 }
@@ -76,6 +81,7 @@ for round in $(seq "$ROUNDS"); do
   gray "800 cold cuda" "$BATCH" - --device cuda
   gray "800 cold cpu" "$BATCH" - --device cpu
   pool "800 opencv pool png" png
+  server_memory "after round $round of 800"
 done
 gray "800 relayed cuda (checked)" "$BATCH" $RELAY --device cuda
 verify "$BATCH"
@@ -107,6 +113,7 @@ for round in $(seq "$ROUNDS"); do
   gray "800 cold cpu -f jpg" "$BATCH" - --device cpu -f jpg
   pool "800 opencv pool jpg" jpg
 done
+server_memory "at the end"
 $PY -m imgops.cli serve --socket $SOCKET --status 2>&1 | tee -a "$WALLS"
 kill -TERM $SERVER
 wait $SERVER
