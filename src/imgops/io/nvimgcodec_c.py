@@ -360,8 +360,10 @@ QUICK_CALLS = (
     "nvimgcodecImageDestroy",
 )
 
-#: "release" (every call releases the GIL) until "hold" is timed on a GPU host.
-NVIMGCODEC_GIL_DEFAULT = "release"
+#: "hold" since 2026-12-07: on an H100 host (16 cores), 3200 photos cold on cuda, two rounds
+#: alternated, hold took 6.26 and 6.00 s against release's 6.54 and 6.85 s (nvImageCodec's
+#: decode calls 2.24/2.13 s against 2.62/2.32 s); docs/BENCHMARKS.md.
+NVIMGCODEC_GIL_DEFAULT = "hold"
 
 
 def quick_calls_hold_gil() -> bool:
