@@ -16,6 +16,7 @@ import re
 import shutil
 import subprocess
 from pathlib import Path
+from types import SimpleNamespace
 
 import cv2
 import numpy as np
@@ -231,19 +232,70 @@ def test_colour_and_gray_images_are_decoded_in_separate_calls(monkeypatch, decod
     assert {c.gray for c in mixed} == {False, True}
     alone = [decoder.decode([c])[0] for c in mixed]
     calls: list[int] = []
-    run = decoder._run
+    submit = decoder._submit
 
     def counting(streams, images, count):
         calls.append(count)
-        return run(streams, images, count)
+        return submit(streams, images, count)
 
-    monkeypatch.setattr(decoder, "_run", counting)
+    monkeypatch.setattr(decoder, "_submit", counting)
     together = decoder.decode(mixed)
     grays = sum(c.gray for c in mixed)
     assert sorted(calls) == sorted([grays, len(mixed) - grays])
     assert decoder.last_failures == [None] * len(mixed)
     for one, other in zip(alone, together, strict=True):
         np.testing.assert_array_equal(one, other)
+
+
+def test_batches_submitted_ahead_decode_as_one_at_a_time(decoder):
+    """submit() queues a batch and returns; a second batch may be submitted before the first
+    one's result is taken, and each result is what decode() gives for that batch alone."""
+    files = [p.read_bytes() for p in JPEGS]
+    candidates = [c for c in (decoder.accept(d, 1 << 28) for d in files) if c is not None]
+    first, second = candidates[::2], candidates[1::2]
+    assert first and second
+    alone = [decoder.decode(first), decoder.decode(second)]
+    pending = [decoder.submit(first), decoder.submit(second)]
+    together = [p.result() for p in pending]
+    for one, other in zip(alone, together, strict=True):
+        assert len(one) == len(other)
+        for a, b in zip(one, other, strict=True):
+            np.testing.assert_array_equal(a, b)
+    assert pending[1].failures == [None] * len(second)
+
+
+def test_an_abandoned_or_failed_batch_frees_every_image(monkeypatch):
+    """A submitted batch that is abandoned, or whose gray call fails when its result is
+    taken, gives back the memory of all its images (colour and gray)."""
+    decoder = nvimgcodec_c.CDecoder(cpu_backend=True, threads=1)
+    files = [p.read_bytes() for p in JPEGS]
+    mixed = [c for c in (decoder.accept(d, 1 << 28) for d in files) if c is not None]
+    assert {c.gray for c in mixed} == {False, True}
+    freed: list[int] = []
+    memory: list[np.ndarray] = []  # host memory the CPU backend writes, kept alive here
+
+    def output(candidate):
+        memory.append(np.empty((candidate.height, candidate.width, 3), np.uint8))
+        return SimpleNamespace(owned=True, ptr=id(candidate)), memory[-1].ctypes.data
+
+    monkeypatch.setattr(decoder, "_output", output)
+    decoder.use_memory(lambda n: 0, freed.append)
+    decoder.submit(mixed).abandon()
+    assert sorted(freed) == sorted(id(c) for c in mixed)
+    freed.clear()
+    finish = decoder._finish_alike
+
+    def gray_fails(part):
+        if len(part.outputs) == sum(c.gray for c in mixed):
+            decoder._abandon(part)
+            raise RuntimeError("the gray call failed")
+        return finish(part)
+
+    monkeypatch.setattr(decoder, "_finish_alike", gray_fails)
+    with pytest.raises(RuntimeError, match="gray call"):
+        decoder.submit(mixed).result()
+    assert sorted(freed) == sorted(id(c) for c in mixed)
+    decoder.close()
 
 
 def test_the_decoder_starts_and_decodes_without_holding_the_gil():
@@ -317,7 +369,6 @@ def test_gpu_decoding_without_memory_is_refused():
 def test_a_failed_gray_call_gives_the_colour_images_memory_back(monkeypatch):
     """decode() makes one call per kind; when the second one raises, the first one's images
     (which own device memory) are freed before the error goes up."""
-    from types import SimpleNamespace
 
     decoder = nvimgcodec_c.CDecoder(cpu_backend=True, threads=1)
     freed: list[int] = []
@@ -326,10 +377,10 @@ def test_a_failed_gray_call_gives_the_colour_images_memory_back(monkeypatch):
     def alike(batch, cuda_stream):
         if batch[0].gray:
             raise RuntimeError("the gray call failed")
-        decoder.last_failures = [None] * len(batch)
-        return [SimpleNamespace(owned=True, ptr=100 + k) for k in range(len(batch))]
+        outputs = [SimpleNamespace(owned=True, ptr=100 + k) for k in range(len(batch))]
+        return nvimgcodec_c._Part(outputs, [None] * len(batch), None)
 
-    monkeypatch.setattr(decoder, "_decode_alike", alike)
+    monkeypatch.setattr(decoder, "_start_alike", alike)
     batch = [SimpleNamespace(gray=g) for g in (False, True, False)]
     with pytest.raises(RuntimeError, match="gray call"):
         decoder.decode(batch)

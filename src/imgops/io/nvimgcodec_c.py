@@ -621,32 +621,33 @@ class CDecoder:
         format per batch and fails the whole batch otherwise (status 0x3 for every image of
         it, as seen on an H100), as the Python module avoids by decoding them apart too.
         """
-        results: list[Any] = [None] * len(batch)
-        failures: list[str | None] = [None] * len(batch)
+        return self.submit(batch, cuda_stream).result()
+
+    def submit(self, batch: Sequence[Candidate], cuda_stream: int = 0) -> PendingDecode:
+        """decode() in two halves: queues the batch's calls and returns at once; the
+        PendingDecode's result() waits for them and gives what decode() gives. A caller may
+        submit the next batch before taking this one's result (the engine's decode thread,
+        IMGOPS_DECODE_IN_FLIGHT=2)."""
+        parts: list[tuple[list[int], _Part]] = []
         try:
             for gray in (False, True):
                 picked = [i for i, candidate in enumerate(batch) if candidate.gray == gray]
-                if not picked:
-                    continue
-                decoded = self._decode_alike([batch[i] for i in picked], cuda_stream)
-                for i, image, why in zip(picked, decoded, self.last_failures, strict=True):
-                    results[i], failures[i] = image, why
+                if picked:
+                    part = self._start_alike([batch[i] for i in picked], cuda_stream)
+                    parts.append((picked, part))
         except Exception:  # the colour images' memory too, when the gray call failed
-            for out in results:
-                self.release(out)
+            for _, part in parts:
+                self._abandon(part)
             raise
-        self.last_failures = failures
-        return results
+        return PendingDecode(self, len(batch), parts)
 
-    def _decode_alike(self, batch: Sequence[Candidate], cuda_stream: int) -> list[Any]:
-        """decode() for candidates that are all colour or all gray: one nvImageCodec call."""
-        if not batch:
-            self.last_failures = []
-            return []
+    def _start_alike(self, batch: Sequence[Candidate], cuda_stream: int) -> _Part:
+        """One nvImageCodec call for candidates that are all colour or all gray, queued."""
         lib = self._lib
         outputs: list[Any] = []
         images = (ctypes.c_void_p * len(batch))()
         streams = (ctypes.c_void_p * len(batch))(*[c.stream.value for c in batch])
+        part = _Part(outputs, images, None)
         try:
             for i, candidate in enumerate(batch):
                 out, pointer = self._output(candidate)
@@ -658,26 +659,50 @@ class CDecoder:
                 )
                 _check("nvimgcodecImageCreate", status)
                 images[i] = image.value
-            statuses = self._run(streams, images, len(batch))
+            part.future = self._submit(streams, images, len(batch))
         except Exception:
-            for out in outputs:
-                self.release(out)
+            self._abandon(part)
             raise
-        finally:
-            for image in images:
-                if image:
-                    lib.nvimgcodecImageDestroy(image)
+        return part
+
+    def _finish_alike(self, part: _Part) -> tuple[list[Any], list[str | None]]:
+        """Waits for one call; its images and failures (a failed image's memory freed)."""
+        try:
+            statuses = _processing_statuses(self._lib, part.future, len(part.outputs))
+        except Exception:
+            part.future = None  # destroyed by _processing_statuses
+            self._abandon(part)
+            raise
+        part.future = None
+        self._destroy_images(part)
         results: list[Any] = []
-        self.last_failures = []
-        for out, status in zip(outputs, statuses, strict=True):
+        failures: list[str | None] = []
+        for out, status in zip(part.outputs, statuses, strict=True):
             if status == _PROCESSING_SUCCESS:
                 results.append(out)
-                self.last_failures.append(None)
+                failures.append(None)
             else:
                 self.release(out)
                 results.append(None)
-                self.last_failures.append(processing_status_name(status))
-        return results
+                failures.append(processing_status_name(status))
+        return results, failures
+
+    def _abandon(self, part: _Part) -> None:
+        """A call that will not be used: waits for it where it was queued (its outputs are
+        being written), then frees its images and their memory."""
+        if part.future is not None:
+            with contextlib.suppress(Exception):
+                _processing_statuses(self._lib, part.future, len(part.outputs))
+            part.future = None
+        self._destroy_images(part)
+        for out in part.outputs:
+            self.release(out)
+
+    def _destroy_images(self, part: _Part) -> None:
+        for k, image in enumerate(part.images):
+            if image:
+                self._lib.nvimgcodecImageDestroy(image)
+                part.images[k] = None
 
     def release(self, out: Any) -> None:
         """Frees a decoded image's memory (device images; host arrays are garbage-collected)."""
@@ -716,11 +741,56 @@ class CDecoder:
             orientation=turn,
         )  # fmt: skip
 
-    def _run(self, streams: Any, images: Any, count: int) -> list[int]:
+    def _submit(self, streams: Any, images: Any, count: int) -> ctypes.c_void_p:
+        """nvimgcodecDecoderDecode: the call's future (the decode runs on)."""
         lib, future = self._lib, ctypes.c_void_p()
         params = ctypes.byref(self._decode_params)
         status = lib.nvimgcodecDecoderDecode(
             self._decoder, streams, images, count, params, ctypes.byref(future)
         )
         _check("nvimgcodecDecoderDecode", status)
-        return _processing_statuses(lib, future, count)
+        return future
+
+
+@dataclass
+class _Part:
+    """One queued nvImageCodec decode call: its outputs, image handles and future."""
+
+    outputs: list[Any]
+    images: Any
+    future: ctypes.c_void_p | None
+
+
+class PendingDecode:
+    """A batch submitted to a CDecoder (CDecoder.submit); result() once."""
+
+    def __init__(self, decoder: CDecoder, count: int, parts: list[tuple[list[int], _Part]]):
+        self._decoder, self._count, self._parts = decoder, count, parts
+        self.failures: list[str | None] = [None] * count
+
+    def result(self) -> list[Any]:
+        """Waits for the batch: one entry per candidate as CDecoder.decode gives (the
+        decoder's last_failures and this object's failures say why an entry is None)."""
+        results: list[Any] = [None] * self._count
+        parts, self._parts = self._parts, []
+        try:
+            while parts:
+                picked, part = parts[0]
+                decoded, failures = self._decoder._finish_alike(part)
+                parts.pop(0)
+                for i, image, why in zip(picked, decoded, failures, strict=True):
+                    results[i], self.failures[i] = image, why
+        except Exception:  # the other calls' images are freed too
+            for _, part in parts[1:] if parts else []:
+                self._decoder._abandon(part)
+            for out in results:
+                self._decoder.release(out)
+            raise
+        self._decoder.last_failures = list(self.failures)
+        return results
+
+    def abandon(self) -> None:
+        """The batch will not be used: waits for its calls and frees every image."""
+        parts, self._parts = self._parts, []
+        for _, part in parts:
+            self._decoder._abandon(part)
