@@ -266,6 +266,16 @@ def _cpu_bytes(paths, out: Path, fmt: str = "png", **options) -> dict[str, bytes
     return {j.target.name: j.target.read_bytes() for j in jobs}
 
 
+def _run_against_cpu(engine: DriverEngine, paths, tmp_path: Path) -> dict[str, object]:
+    """Runs `paths` through the started engine into tmp_path/dev and checks every output has
+    the bytes of --device cpu (tmp_path/cpu); the engine's results by output name."""
+    _wait_for_stage(engine)
+    results = _run(engine, paths, tmp_path / "dev")
+    for name, data in _cpu_bytes(paths, tmp_path / "cpu").items():
+        assert (tmp_path / "dev" / name).read_bytes() == data, name
+    return results
+
+
 def _slow_stage(monkeypatch, release) -> None:
     """The stand-in driver, whose device starts only once `release` is set."""
 
@@ -344,12 +354,8 @@ def test_batches_decoded_two_in_flight_write_the_cpu_paths_bytes(
     failing = paths[1]
     decoder = SubmittingDecoder(fail=(failing.read_bytes(),))
     engine = _engine(PipelineSettings(device="cuda", jobs=2, batch_size=2), decoder)
-    _wait_for_stage(engine)
-    results = _run(engine, paths, tmp_path / "dev")
-    expected = _cpu_bytes(paths, tmp_path / "cpu")
+    results = _run_against_cpu(engine, paths, tmp_path)
     assert all(r.status == "written" for r in results.values()), results
-    for name, data in expected.items():
-        assert (tmp_path / "dev" / name).read_bytes() == data, name
     assert {r.decoder for r in results.values()} == {"nvimgcodec", "opencv"}
     assert decoder.in_flight == 0 and decoder.batches >= len(paths) // 2
     assert decoder.most_in_flight == int(in_flight)
@@ -368,11 +374,7 @@ def test_a_file_the_gpu_fails_to_decode_takes_the_cpu_path_and_says_why(
     failing = JPEGS[0]
     decoder = FakeDecoder(fail=(failing.read_bytes(),))
     engine = _engine(PipelineSettings(device="cuda", jobs=2, batch_size=3), decoder)
-    _wait_for_stage(engine)
-    results = _run(engine, JPEGS, tmp_path / "dev")
-    expected = _cpu_bytes(JPEGS, tmp_path / "cpu")
-    for name, data in expected.items():
-        assert (tmp_path / "dev" / name).read_bytes() == data, name
+    results = _run_against_cpu(engine, JPEGS, tmp_path)
     why = "nvImageCodec could not decode it: saturated (0x2)"
     fallbacks = {name: r.fallback for name, r in results.items() if r.fallback}
     assert fallbacks == {f"00-{failing.name}.png": why}
