@@ -11,17 +11,11 @@ set -uo pipefail
 OUT=${OUT:-$PWD/gpu-check-out}
 mkdir -p "$OUT"
 PY=${PYTHON:-python3}
-BATCH=${ENGINE_BATCH_DIR:-/tmp/imgops-photo-batch}
-BIG=${BATCH}-x4
 WALLS=$OUT/inflight-walls.txt
 DEV=${INFLIGHT_DEVICE:-cuda}  # cpu: a dry run of this script without a GPU
 export PYTHONUNBUFFERED=1
-[ -d "$BATCH" ] || $PY scripts/make_photo_batch.py "$BATCH" --count 800 --jobs "$(nproc)" \
-  >"$OUT/inflight-batch.txt" 2>&1
-if [ ! -d "$BIG" ]; then
-  mkdir -p "$BIG"
-  for k in 1 2 3 4; do for f in "$BATCH"/*; do ln "$f" "$BIG/$k-$(basename "$f")"; done; done
-fi
+. scripts/gpu-check.d/photo-batches.bash
+photo_batches inflight
 SOCKET=/tmp/imgops-inflight/s.sock
 mkdir -p "$(dirname $SOCKET)" && chmod 700 "$(dirname $SOCKET)"
 $PY -m imgops.cli serve --socket $SOCKET --device "$DEV" -v --idle-timeout 0 2>"$OUT/inflight-log.txt" &

@@ -13,15 +13,10 @@ set -uo pipefail
 OUT=${OUT:-$PWD/gpu-check-out}
 mkdir -p "$OUT"
 PY=${PYTHON:-python3}
-BATCH=${ENGINE_BATCH_DIR:-/tmp/imgops-photo-batch}
-BIG=${BATCH}-x4
 OLD=${AB_OLD:-}
 export PYTHONUNBUFFERED=1
-[ -d "$BATCH" ] || $PY scripts/make_photo_batch.py "$BATCH" --count 800 >"$OUT/pending-batch.txt" 2>&1
-if [ ! -d "$BIG" ]; then
-  mkdir -p "$BIG"
-  for k in 1 2 3 4; do for f in "$BATCH"/*; do ln "$f" "$BIG/$k-$(basename "$f")"; done; done
-fi
+. scripts/gpu-check.d/photo-batches.bash
+photo_batches pending
 if [ -n "$OLD" ]; then
   cp src/imgops/_C*.so src/imgops/_cli_kernels*.so src/imgops/_build_meta.json \
     src/imgops/_device_kernels.fatbin "$OLD/imgops/" 2>/dev/null

@@ -13,17 +13,11 @@ set -uo pipefail
 OUT=${OUT:-$PWD/gpu-check-out}
 mkdir -p "$OUT"
 PY=${PYTHON:-python3}
-BATCH=${ENGINE_BATCH_DIR:-/tmp/imgops-photo-batch}
-BIG=${BATCH}-x4
 ROUNDS=${SERVE_ROUNDS:-2}
 WALLS=$OUT/serve-walls.txt
 export PYTHONUNBUFFERED=1
-[ -d "$BATCH" ] || $PY scripts/make_photo_batch.py "$BATCH" --count 800 --jobs "$(nproc)" \
-  >"$OUT/serve-batch.txt" 2>&1
-if [ ! -d "$BIG" ]; then
-  mkdir -p "$BIG"
-  for k in 1 2 3 4; do for f in "$BATCH"/*; do ln "$f" "$BIG/$k-$(basename "$f")"; done; done
-fi
+. scripts/gpu-check.d/photo-batches.bash
+photo_batches serve
 for n in 1 64; do
   if [ ! -d "$BATCH-$n" ]; then
     mkdir -p "$BATCH-$n"
