@@ -327,6 +327,23 @@ def test_a_stale_socket_is_replaced_and_sigterm_removes_it(tmp_path: Path):
     assert not (folder / "s.sock").exists()
 
 
+def test_an_idle_server_gives_freed_memory_back(served, tmp_path: Path):
+    """Once no command has come for a moment, the server returns the memory its batches
+    freed (glibc's malloc_trim; a command line keeps it until it exits)."""
+    from imgops.engine.allocator import give_back_freed_memory
+
+    if not give_back_freed_memory():
+        pytest.skip("not glibc")
+    before = served.log.read_text().count("freed memory given back")
+    done = served.run(["gray", str(PICTURES[0]), "-o", "idle.png", "-q"], cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    deadline = time.monotonic() + 15
+    while served.log.read_text().count("freed memory given back") == before:
+        assert time.monotonic() < deadline, served.log.read_text()
+        time.sleep(0.1)
+    assert "resident" in served.log.read_text()
+
+
 def test_the_idle_timeout_stops_the_server(tmp_path: Path):
     folder = _short_folder()
     server = _start(folder, "--idle-timeout", "1")

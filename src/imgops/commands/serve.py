@@ -114,7 +114,7 @@ def serve(
         if verbose and not quiet:
             click.echo(f"imgops serve: {time.strftime('%H:%M:%S')} {line}", err=True)
 
-    server = Server(path, _run_command, idle_timeout=idle_timeout, log=log)
+    server = Server(path, _run_command, idle_timeout=idle_timeout, log=log, when_idle=_tidy)
     try:
         server.bind()
     except (ServerBusy, protocol.ServerSocketError) as error:
@@ -180,6 +180,33 @@ def _run_command(argv: list[str]) -> int:
     from ..cli import run_command  # (the CLI imports this module)
 
     return run_command(argv)
+
+
+def _tidy() -> str | None:
+    """Once idle after a command: the memory its batch freed goes back to the system (a
+    command line keeps it until it exits, and back-to-back commands reuse it:
+    imgops.engine.allocator). A line for the log (-v), or None."""
+    from ..engine.allocator import give_back_freed_memory
+
+    before = _resident_mb()
+    if not give_back_freed_memory():
+        return None
+    after = _resident_mb()
+    if before is None or after is None:
+        return "idle: freed memory given back to the system"
+    return f"idle: freed memory given back to the system (resident {before} -> {after} MB)"
+
+
+def _resident_mb() -> int | None:
+    """This process's resident memory in MB (Linux), else None."""
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) // 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
 
 
 def _terminate_removes(server) -> None:

@@ -35,6 +35,8 @@ from . import protocol
 __all__ = ["Server", "ServerBusy", "relayed_names"]
 
 REQUEST_SECONDS = 10.0  # how long a caller has to send its request once connected
+#: Seconds without a command after which the server tidies (Server's when_idle) once.
+IDLE_TIDY_SECONDS = 2.0
 
 
 class ServerBusy(Exception):
@@ -78,7 +80,9 @@ class _FrameStream(io.TextIOBase):
 class Server:
     """Serves commands on `path` until stopped (SIGINT/SIGTERM/SIGHUP) or idle for
     `idle_timeout` seconds (0: never). `run_command(argv) -> exit status` runs one command;
-    `log(line)` reports each command (or nothing)."""
+    `when_idle()` runs once after each command, when no other has come for IDLE_TIDY_SECONDS
+    (tidying that back-to-back commands should not pay for); `log(line)` reports each command
+    (or nothing)."""
 
     def __init__(
         self,
@@ -87,9 +91,11 @@ class Server:
         *,
         idle_timeout: float = 0.0,
         log: Callable[[str], None] | None = None,
+        when_idle: Callable[[], str | None] | None = None,
     ) -> None:
         self.path = path
         self._run_command = run_command
+        self._when_idle = when_idle or (lambda: None)  # returns a line for the log, or None
         self.idle_timeout = idle_timeout
         self._log = log or (lambda line: None)
         self.commands = 0
@@ -146,14 +152,21 @@ class Server:
         assert self._socket is not None, "bind() first"
         previous = signal.signal(signal.SIGINT, self._on_sigint)
         last = time.monotonic()
+        tidied = True
         try:
             while not self._stopping:  # (_on_sigint sets it)
                 try:
                     conn, _ = self._socket.accept()
                 except TimeoutError:
-                    if self.idle_timeout and time.monotonic() - last > self.idle_timeout:
+                    idle = time.monotonic() - last
+                    if self.idle_timeout and idle > self.idle_timeout:
                         self._log(f"idle for {self.idle_timeout:g} s: stopping")
                         break
+                    if not tidied and idle > IDLE_TIDY_SECONDS:
+                        tidied = True
+                        line = self._when_idle()
+                        if line:
+                            self._log(line)
                     continue
                 except KeyboardInterrupt:  # this process's own Ctrl-C
                     break
@@ -163,6 +176,7 @@ class Server:
                 except OSError as error:  # the caller went away mid-answer
                     self._log(f"a caller's connection failed: {error}")
                 last = time.monotonic()
+                tidied = False
         finally:
             signal.signal(signal.SIGINT, previous)
             self.close()
