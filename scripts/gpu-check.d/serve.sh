@@ -7,6 +7,8 @@
 # outputs checked against the exact luma of OpenCV's decode; then IMGOPS_NVIMGCODEC_GIL=hold
 # against release (cold, 3200).
 # After the build step (or with the torch-free CLI's compiled files in src/imgops).
+# Each call goes through `python -m imgops.entry` (what the installed `imgops` runs; before
+# 2026-12-07 through imgops.cli, which imports the command line before relaying).
 # SERVE_DEVICE=cpu: the server keeps no GPU warm (a dry run of this script without a GPU).
 # Results: $OUT/serve-walls.txt (label|rc|ms|files|stats), $OUT/serve-log.txt.
 set -uo pipefail
@@ -30,7 +32,7 @@ gray() {  # label, input folder, env (VAR=value or -), gray's options...
   [ "$env" = - ] && env=IMGOPS_SERVE_CHECK=1
   rm -rf /tmp/imgops-serve /tmp/imgops-serve.json; mkdir -p /tmp/imgops-serve
   local s; s=$(date +%s%N)
-  env "$env" timeout 200 $PY -m imgops.cli gray "$dir" -d /tmp/imgops-serve -q --no-fsync \
+  env "$env" timeout 200 $PY -m imgops.entry gray "$dir" -d /tmp/imgops-serve -q --no-fsync \
     --stats-json /tmp/imgops-serve.json "$@" 2>/tmp/imgops-serve.err
   local rc=$? ms=$(( ($(date +%s%N) - s) / 1000000 ))
   echo "$label|rc=$rc|$ms ms|$(ls /tmp/imgops-serve | wc -l) files|$($PY -c "
