@@ -330,9 +330,9 @@ def test_a_stale_socket_is_replaced_and_sigterm_removes_it(tmp_path: Path):
 def test_an_idle_server_gives_freed_memory_back(served, tmp_path: Path):
     """Once no command has come for a moment, the server returns the memory its batches
     freed (glibc's malloc_trim; a command line keeps it until it exits)."""
-    from imgops.engine.allocator import give_back_freed_memory
+    from imgops.volume.stream import release_free_heap
 
-    if not give_back_freed_memory():
+    if not release_free_heap():
         pytest.skip("not glibc")
     before = served.log.read_text().count("freed memory given back")
     done = served.run(["gray", str(PICTURES[0]), "-o", "idle.png", "-q"], cwd=tmp_path)

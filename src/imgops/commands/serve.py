@@ -186,10 +186,10 @@ def _tidy() -> str | None:
     """Once idle after a command: the memory its batch freed goes back to the system (a
     command line keeps it until it exits, and back-to-back commands reuse it:
     imgops.engine.allocator). A line for the log (-v), or None."""
-    from ..engine.allocator import give_back_freed_memory
+    from ..volume.stream import release_free_heap
 
     before = _resident_mb()
-    if not give_back_freed_memory():
+    if not release_free_heap():
         return None
     after = _resident_mb()
     if before is None or after is None:

@@ -12,9 +12,9 @@ decode took 1.76-1.82 s of thread time instead of 1.97-2.10 s and the walls went
 1.65-1.70 s, peak RSS +15 MB; either setting alone did not help (the trim threshold alone was
 30 % slower: setting it turns glibc's dynamic mmap threshold off). Memory stays bounded by what
 the threads have in flight at once; it is not given back until the process ends, or, in a
-process that stays up (`imgops serve`), until give_back_freed_memory() once it is idle after a
-command. Only the command line sets it (a process of its own); library callers keep their
-allocator as it is.
+process that stays up (`imgops serve`), until imgops.volume.stream.release_free_heap() once it
+is idle after a command. Only the command line sets it (a process of its own); library callers
+keep their allocator as it is.
 """
 
 from __future__ import annotations
@@ -33,34 +33,14 @@ BATCH_TRIM_THRESHOLD = 512 << 20
 
 def _mallopt() -> object | None:
     """glibc's mallopt, or None on another C library (musl, macOS, Windows)."""
-    function = _libc_function("mallopt")
-    if function is None:
-        return None
-    function.argtypes, function.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int  # type: ignore[attr-defined]
-    return function
-
-
-def _libc_function(name: str) -> object | None:
-    """A glibc function by name, or None on another C library (musl, macOS, Windows)."""
     if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
         return None
     try:
-        return getattr(ctypes.CDLL(None), name)
+        function = ctypes.CDLL(None).mallopt
     except (OSError, AttributeError):
         return None
-
-
-def give_back_freed_memory() -> bool:
-    """Returns the memory malloc keeps free (every thread's heap) to the system: glibc's
-    malloc_trim(0). For a process that stays up between batches (`imgops serve`), where the
-    batch thresholds above would otherwise keep each command's freed buffers for good. True
-    where glibc did it."""
-    trim = _libc_function("malloc_trim")
-    if trim is None:
-        return False
-    trim.argtypes, trim.restype = [ctypes.c_size_t], ctypes.c_int  # type: ignore[attr-defined]
-    trim(0)  # type: ignore[operator]
-    return True
+    function.argtypes, function.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
+    return function
 
 
 def retain_freed_memory() -> bool:

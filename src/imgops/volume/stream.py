@@ -449,13 +449,15 @@ def _malloc_trim():
         return None
 
 
-def release_free_heap() -> None:
+def release_free_heap() -> bool:
     """Hands the C heap's free pages back to the system (glibc's `malloc_trim`; a no-op
     elsewhere). Buffers that threads allocated and freed otherwise stay resident in their
-    malloc arenas (and a process's exit then adds its own peak on top of them)."""
+    malloc arenas (and a process's exit then adds its own peak on top of them). True where
+    the C library has malloc_trim."""
     trim = _malloc_trim()
     if trim is not None:
         trim(0)
+    return trim is not None
 
 
 def release_cached_memory(device) -> None:
