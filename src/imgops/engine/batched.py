@@ -373,9 +373,10 @@ class DeviceEngine:
             with self.phases.timed("device.warm_up"):  # while the first files take the CPU path
                 self.decoder.warm_up()
         decoded: queue.Queue[Any] = queue.Queue()
-        room = threading.Semaphore(_DECODE_AHEAD + decode_in_flight() - 1)
+        in_flight = decode_in_flight()
+        room = threading.Semaphore(_DECODE_AHEAD + in_flight - 1)
         decoding = threading.Thread(
-            target=self._decode_loop, args=(decoded, room), name="imgops-decode"
+            target=self._decode_loop, args=(decoded, room, in_flight), name="imgops-decode"
         )
         decoding.start()
         try:
@@ -407,11 +408,12 @@ class DeviceEngine:
             room.release()  # a decode thread waiting for room sees the stop (or the end)
             decoding.join()
 
-    def _decode_loop(self, decoded: queue.Queue[Any], room: threading.Semaphore) -> None:
+    def _decode_loop(
+        self, decoded: queue.Queue[Any], room: threading.Semaphore, in_flight: int
+    ) -> None:
         """The decode thread: gathers batches and decodes them, at most _DECODE_AHEAD ahead
-        of the device thread (plus the one in flight with IMGOPS_DECODE_IN_FLIGHT=2); puts
-        _DONE last, whatever happens."""
-        two = decode_in_flight() == 2
+        of the device thread (plus the one in flight with `in_flight` 2, decode_in_flight());
+        puts _DONE last, whatever happens."""
         pending: _Submitted | None = None
         try:
             while True:
@@ -432,7 +434,8 @@ class DeviceEngine:
                 if pending is not None:
                     decoded.put(self._complete(pending))
                     pending = None
-                if two and hasattr(self.decoder, "submit"):  # (the decoder comes with the stage)
+                # (the decoder comes with the stage: asked here, not when the thread starts)
+                if in_flight == 2 and hasattr(self.decoder, "submit"):
                     pending = submitted
                 else:
                     decoded.put(self._complete(submitted))
