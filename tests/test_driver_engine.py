@@ -24,6 +24,7 @@ import pytest
 from imgops.engine import GRAY, Job, PipelineSettings, cuda_driver, run_batch
 from imgops.engine.device import Plan
 from imgops.engine.driver import DeviceImage, DriverEngine, device_image
+from imgops.engine.files import FatalError
 from imgops.io.png import filter_code_for
 
 SAMPLES = Path(__file__).resolve().parent.parent / "samples"
@@ -775,6 +776,59 @@ def test_the_c_api_decoder_decodes_into_the_stages_memory(tmp_path: Path, fake_d
     device = FakeDevice.instances[-1]
     assert device.blocks == {}  # the decoded images' memory too, freed in stream order
     assert device.closed and engine.stage.decoder is None
+
+
+@pytest.mark.skipif(
+    __import__("imgops.io.nvimgcodec_c").io.nvimgcodec_c.package_dir() is None,
+    reason="nvImageCodec not installed",
+)
+@pytest.mark.parametrize("in_flight", ["1", "2"])
+@pytest.mark.parametrize("how", ["op fails", "cancelled"])
+def test_a_batch_that_stops_gives_back_every_device_buffer(
+    tmp_path: Path, fake_driver, monkeypatch, in_flight, how
+):
+    """A batch stopped by a failing op (a bug, a device error) or by a cancel while images
+    wait decoded in device memory: the failed batch's images and rows, the batches decoded but
+    never run, and the one still in flight all go back (a warm `imgops serve` stage outlives
+    the command). Was: only what a finished batch frees."""
+    import dataclasses
+
+    from imgops.io.nvimgcodec_c import CDecoder
+
+    monkeypatch.setenv("IMGOPS_DECODE_IN_FLIGHT", in_flight)
+    calls = 0
+
+    def failing(stage, image, order):
+        nonlocal calls
+        calls += 1
+        if how == "op fails" and calls == 4:
+            raise RuntimeError("the kernel failed")
+        return GRAY.driver(stage, image, order)
+
+    op = dataclasses.replace(GRAY, driver=failing)
+    settings = PipelineSettings(device="cuda", jobs=2, batch_size=2)
+    engine = DriverEngine(
+        op, settings, "cuda", 2, lambda: CDecoder(cpu_backend=True, threads=2), index=0
+    )
+    _wait_for_stage(engine)
+    paths = JPEGS * 6
+    (tmp_path / "dev").mkdir()
+    jobs = [Job(p, tmp_path / "dev" / f"{i:02d}.png", p.name) for i, p in enumerate(paths)]
+    results: list = []
+
+    def on_result(result) -> None:
+        results.append(result)
+        if how == "cancelled" and len(results) == 2:
+            time.sleep(0.3)  # the decode thread fills the queue meanwhile
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt if how == "cancelled" else FatalError, match=""):
+        engine.run(iter(jobs), on_result)
+    assert len(results) < len(jobs)
+    device = FakeDevice.instances[-1]
+    assert device.allocs > 2 * len(results)  # images were decoded that never ran
+    assert device.blocks == {}
+    assert all(b.closed for b in device.pinned_buffers)
 
 
 def test_a_failed_or_unused_prestarted_stage_is_never_adopted(

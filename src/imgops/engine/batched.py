@@ -284,7 +284,9 @@ class DeviceEngine:
         self.items.put(_DONE)
         prep.shutdown(wait=True, cancel_futures=True)
         device_thread.join()
-        self.encoders.shutdown(wait=True, cancel_futures=True)
+        # Not cancelled: a queued encode holds a pinned buffer that must go back to the pool
+        # (a warm stage's outlives the batch); after the stop each one only gives it back.
+        self.encoders.shutdown(wait=True)
 
     # ---------------------------------------------------------------- prep threads
     def _prep(self, job: Job) -> None:
@@ -391,7 +393,8 @@ class DeviceEngine:
                 if entry is None and not waiting:
                     break
                 stage = self._started(waiting)
-                for pending in waiting:
+                while waiting:
+                    pending = waiting.pop(0)  # (from here on _run_batch frees its memory)
                     if pending.stream == 0 and pending.images and stage.cuda:
                         self._decoded_before_stream(stage)
                     event, keep = self._run_batch(stage, pending.batch, pending.images)
@@ -399,7 +402,6 @@ class DeviceEngine:
                         with self.phases.timed("device.wait_previous"):
                             retiring[0].synchronize()  # at most two batches alive on the device
                     retiring = (event, keep)
-                waiting.clear()
         except FatalError as error:
             self.results.put(error)
         except BaseException as error:  # a bug or a device failure: stop the batch, say why
@@ -407,6 +409,30 @@ class DeviceEngine:
         finally:
             room.release()  # a decode thread waiting for room sees the stop (or the end)
             decoding.join()
+            self._discard_unrun(waiting, decoded)
+
+    def _discard_unrun(self, waiting: list[_Decoded], decoded: queue.Queue[Any]) -> None:
+        """Batches decoded but never run (the batch failed or was cancelled): their images'
+        memory goes back to the decoder, so a process that stays up (imgops serve) does not
+        keep it. Nothing is left after a batch that ran to its end."""
+        entries = list(waiting)
+        waiting.clear()
+        while True:
+            try:
+                entry = decoded.get_nowait()
+            except queue.Empty:
+                break
+            if entry is not _DONE:
+                entries.append(entry)
+        release = getattr(self.decoder, "release", None)
+        for entry in entries:
+            for image in entry.images.values():
+                if release is not None:
+                    with contextlib.suppress(Exception):  # (a failed device frees nothing)
+                        release(image)
+            entry.images.clear()
+            for item in entry.batch:
+                self._release(item)
 
     def _decode_loop(
         self, decoded: queue.Queue[Any], room: threading.Semaphore, in_flight: int
@@ -584,10 +610,14 @@ class DeviceEngine:
 
         def run() -> None:
             try:
-                outcome = attempt()
+                outcome = attempt() if not self.stop.is_set() else cancelled()
             except BaseException as error:  # guard lets nothing through; this is a bug
                 outcome = FatalError(error)
             self.results.put(outcome)
+
+        def cancelled() -> JobResult:
+            self._release(item)
+            return failed(item.result, "cancelled")
 
         def attempt() -> JobResult:
             result = item.result
@@ -799,8 +829,11 @@ class DeviceEngine:
         try:
             if event is not None:
                 with self.phases.timed("encode.wait_device"):
-                    event.synchronize()
-            outcome = guard(item.result, lambda r: self._encode_and_write(item, host, jpeg))
+                    event.synchronize()  # (also before a stopped batch's buffer goes back)
+            if self.stop.is_set():
+                outcome = failed(item.result, "cancelled")
+            else:
+                outcome = guard(item.result, lambda r: self._encode_and_write(item, host, jpeg))
         except BaseException as error:  # a CUDA error surfaced by the event: fatal
             outcome = FatalError(error)
         finally:

@@ -28,6 +28,7 @@ With `--decoder cpu` the torch engine runs instead (it uploads CPU-decoded image
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from typing import Any
@@ -127,16 +128,16 @@ class DriverEngine(DeviceEngine):
         self._pool_wait = 0.0
         self._taken = []  # pinned buffers of this batch not yet with an encode thread
         keep: list[Any] = []
-        owned: list[int] = []
+        # device memory of this batch not yet freed: the images decoded into the stage's
+        # memory (freed in stream order after the copies), then the op's outputs and rows
+        owned = [image.ptr for image in map(device_image, images.values()) if image.owned]
         live: list[tuple[_Item, DeviceImage]] = []
         try:
             for i, item in enumerate(batch):
                 if i not in images:
                     continue
                 image = device_image(images[i])
-                if image.owned:  # decoded into the stage's memory: freed in stream order
-                    owned.append(image.ptr)
-                else:
+                if not image.owned:
                     keep.append(images[i])  # nvImageCodec owns it: alive to the batch's event
                 item.order = "rgb" if image.channels == 3 else None
                 item.result.decoder = "nvimgcodec"
@@ -148,19 +149,35 @@ class DriverEngine(DeviceEngine):
             event = self._send_back(stage, live, owned, time.perf_counter() - start)
         except CudaError as error:
             if not error.out_of_memory:
+                self._give_back_failed(stage, owned)
                 raise
-            stage.synchronize()  # (copies queued into the pinned buffers have landed)
-            for ptr in owned:
-                stage.device.free(ptr, stage.stream)
-            for buffer in self._taken:
-                self.pool.release(buffer)  # type: ignore[union-attr]
-            self._taken = []
+            self._give_back(stage, owned)
             self._batch_to_cpu(batch)
             return None, []
+        except BaseException:
+            self._give_back_failed(stage, owned)
+            raise
         self.phases.add("device.run", time.perf_counter() - start - self._pool_wait)
         free, total = stage.device.mem_info()
         self.gpu_peak_bytes = max(self.gpu_peak_bytes or 0, total - free)
         return event, keep
+
+    def _give_back(self, stage: DriverStage, owned: list[int]) -> None:
+        """A batch that stops in _run_batch: once its queued work is done, its device memory
+        and the pinned buffers it took go back."""
+        stage.synchronize()  # (copies queued into the pinned buffers have landed)
+        for ptr in owned:
+            stage.device.free(ptr, stage.stream)
+        owned.clear()
+        for buffer in self._taken:
+            self.pool.release(buffer)  # type: ignore[union-attr]
+        self._taken = []
+
+    def _give_back_failed(self, stage: DriverStage, owned: list[int]) -> None:
+        """_give_back for a batch that failed: what can be freed is (a warm stage outlives the
+        command); a device that fails to drain keeps its memory (that stage is not reused)."""
+        with contextlib.suppress(Exception):
+            self._give_back(stage, owned)
 
     def _send_back(
         self,
@@ -247,10 +264,8 @@ class DriverEngine(DeviceEngine):
         pitch = out.row_bytes + 1
         layout = DeflateLayout(*kernels.png_deflate_layout(pitch, out.height))
         work = device.alloc(layout.total, stream)
-        if stream is stage.stream:
-            owned.append(work)
-        else:  # from here on the side stream frees the rows and the workspace
-            owned.remove(rows)
+        owned.append(work)
+        if stream is not stage.stream:  # the side stream frees the rows and the workspace
             filtered = device.event(stage.stream, blocking=False)
             stream.wait(filtered)
             filtered.close()
@@ -262,8 +277,9 @@ class DriverEngine(DeviceEngine):
         )
         device.copy_to_host(buffer.ptr + room, work + layout.size, 8, stream)
         if stream is not stage.stream:
-            device.free(work, stream)
-            device.free(rows, stream)
+            for ptr in (work, rows):
+                owned.remove(ptr)
+                device.free(ptr, stream)
         item.extra["out_shape"], item.extra["itemsize"] = out.shape, 1
         item.extra["zlib"] = (room, layout.out_bytes)
         return item, buffer, buffer.array()[: room + 8], None
