@@ -360,6 +360,7 @@ def test_batches_decoded_two_in_flight_write_the_cpu_paths_bytes(
     assert {r.decoder for r in results.values()} == {"nvimgcodec", "opencv"}
     assert decoder.in_flight == 0 and decoder.batches >= len(paths) // 2
     assert decoder.most_in_flight == int(in_flight)
+    assert sum(engine.decode_batches) == len(paths) and max(engine.decode_batches) <= 2
     device = FakeDevice.instances[-1]
     assert device.blocks == {}
     assert all(b.closed for b in device.pinned_buffers)

@@ -736,7 +736,8 @@ def test_buffer_pool_times_its_allocations():
 
 
 def test_run_batch_reports_the_device_pools_pinning_seconds(monkeypatch, tmp_path):
-    """--stats-json's engine_seconds carry "device.pinning", the pool's allocate_seconds."""
+    """--stats-json's engine_seconds carry "device.pinning", the pool's allocate_seconds; its
+    gpu_decode_batches the files of each GPU decode call."""
     from types import SimpleNamespace
 
     from imgops.engine import run as run_module
@@ -749,6 +750,7 @@ def test_run_batch_reports_the_device_pools_pinning_seconds(monkeypatch, tmp_pat
             self.phases.add("device.wait_pool", 0.5)
             self.pool = SimpleNamespace(allocate_seconds=0.25)
             self.gpu_peak_bytes = None
+            self.decode_batches = [3, 1]
 
         def run(self, jobs, on_result) -> None:
             for job in jobs:
@@ -760,6 +762,7 @@ def test_run_batch_reports_the_device_pools_pinning_seconds(monkeypatch, tmp_pat
     summary = run_batch([job], GRAY, PipelineSettings())
     assert summary.written == 1
     assert summary.engine == {"device.pinning": 0.25, "device.wait_pool": 0.5}
+    assert summary.as_dict()["gpu_decode_batches"] == [3, 1]
 
 
 def test_buffer_pool_never_waits_for_the_callers_own_buffers():

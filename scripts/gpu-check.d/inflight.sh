@@ -33,8 +33,10 @@ gray() {  # label, input folder, in flight (1|2), gray's options...
 import json
 d = json.load(open('/tmp/imgops-inflight.json'))
 e = d['engine_seconds']
+b = d.get('gpu_decode_batches') or [0]
 print(d.get('decoders'), round(d['wall_seconds'], 3),
-      {k: round(v, 2) for k, v in e.items() if k.startswith('device.') and v > 0.01})
+      {k: round(v, 2) for k, v in e.items() if k.startswith('device.') and v > 0.01},
+      f'decode calls {len(b)}, files {min(b)}-{max(b)}, mean {sum(b) / len(b):.1f}')
 " 2>&1 | tail -n 1)|$(tail -c 200 /tmp/imgops-inflight.err)" | tee -a "$WALLS"
 }
 memory() {  # label

@@ -229,6 +229,8 @@ class DeviceEngine:
         self.max_in_flight = 0
         self.phases = Phases()
         self.gpu_peak_bytes: int | None = None
+        #: Files in each GPU decode call, in order (the decode thread's batches).
+        self.decode_batches: list[int] = []
 
     def _make_stage(self, device: str) -> Any:
         """The device stage, starting in the background: torch, the extension, a stream."""
@@ -562,6 +564,7 @@ class DeviceEngine:
         stream = self._decode_stream()
         start = time.perf_counter()
         candidates = [batch[i].candidate for i in picked]
+        self.decode_batches.append(len(candidates))
         submit = getattr(self.decoder, "submit", None)
         if submit is not None:
             handle = submit(candidates, stream)

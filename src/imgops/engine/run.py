@@ -62,6 +62,7 @@ def run_batch(
                 engine.phases.add("device.pinning", engine.pool.allocate_seconds)
             summary.engine = engine.phases.snapshot()
             summary.gpu_peak_bytes = engine.gpu_peak_bytes
+            summary.gpu_decode_batches = list(engine.decode_batches)
     summary.wall_seconds = time.perf_counter() - started
     return summary
 

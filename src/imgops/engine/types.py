@@ -120,6 +120,8 @@ class Summary:
     #: The most GPU memory in use (the whole device, nvImageCodec's buffers included) seen after
     #: a batch on CUDA; None on the CPU.
     gpu_peak_bytes: int | None = None
+    #: Files in each GPU decode call (nvImageCodec batches), in order; empty without one.
+    gpu_decode_batches: list[int] = field(default_factory=list)
 
     def add(self, result: JobResult) -> None:
         """Counts one result."""
@@ -151,6 +153,7 @@ class Summary:
             "stage_seconds": dict(self.stage_seconds),
             "engine_seconds": dict(self.engine),
             "gpu_peak_bytes": self.gpu_peak_bytes,
+            "gpu_decode_batches": list(self.gpu_decode_batches),
         }
 
     def line(self) -> str:
