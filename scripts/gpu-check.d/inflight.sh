@@ -6,6 +6,7 @@
 # GPU memory over further commands (does it settle?); then scripts/decode_split_probe.py.
 # After the build step (or with the torch-free CLI's compiled files in src/imgops).
 # INFLIGHT_DEVICE=cpu: a dry run without a GPU (the probe then fails: it needs CUDA).
+# INFLIGHT_MEMORY=0: without the memory rows.
 # Results: $OUT/inflight-walls.txt, $OUT/inflight-memory.txt, $OUT/inflight-probe.txt.
 set -uo pipefail
 OUT=${OUT:-$PWD/gpu-check-out}
@@ -54,9 +55,11 @@ for round in 1 2; do
   gray "3200, in flight 2" "$BIG" 2 --device "$DEV"
 done
 memory "after the A/B"
-for i in 1 2 3 4 5; do gray "800 #$i" "$BATCH" 1 --device "$DEV" >/dev/null; memory "after 800 #$i"; done
-for i in 1 2 3; do gray "800 jpg #$i" "$BATCH" 1 --device "$DEV" -f jpg >/dev/null; memory "after jpg #$i"; done
-for i in 1 2 3 4 5; do gray "800 again #$i" "$BATCH" 1 --device "$DEV" >/dev/null; memory "after 800 again #$i"; done
+if [ "${INFLIGHT_MEMORY:-1}" = 1 ]; then  # 0: skip the memory rows (a short call)
+  for i in 1 2 3 4 5; do gray "800 #$i" "$BATCH" 1 --device "$DEV" >/dev/null; memory "after 800 #$i"; done
+  for i in 1 2 3; do gray "800 jpg #$i" "$BATCH" 1 --device "$DEV" -f jpg >/dev/null; memory "after jpg #$i"; done
+  for i in 1 2 3 4 5; do gray "800 again #$i" "$BATCH" 1 --device "$DEV" >/dev/null; memory "after 800 again #$i"; done
+fi
 kill -TERM $SERVER
 wait $SERVER
 timeout 120 $PY scripts/decode_split_probe.py "$BATCH" 2>&1 | tee "$OUT/inflight-probe.txt"
