@@ -7,9 +7,10 @@ In one process: the CUDA context and a stream, imgops' C API decoder (warmed up)
 stream and image info: the engine's prep threads), prepare (outputs, image handles and the
 nvimgcodecDecoderDecode call), wait (the future), sync (the stream) and destroy; then the same
 batches of 64 (accepted beforehand) one call at a time against two calls in flight (the next
-submitted before the last is waited for: what IMGOPS_DECODE_IN_FLIGHT=2 does in the engine).
-Written 2026-12-07 for the decode thread's 0.9 ms a file against the floor's 0.54; not yet
-run on a GPU.
+submitted before the last is waited for).
+Run 2026-12-07 on an H100 host: the decode call took 0.42 ms a file and its future 0.002 ms
+(the call is synchronous), and two in flight were as fast as one (2,226-2,233 files/s): the
+engine's IMGOPS_DECODE_IN_FLIGHT=2 was removed.
 """
 
 from __future__ import annotations

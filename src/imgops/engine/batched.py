@@ -27,7 +27,6 @@ The same code runs on torch's CPU device (no streams, plain buffers): the tests 
 from __future__ import annotations
 
 import contextlib
-import os
 import queue
 import threading
 import time
@@ -51,15 +50,6 @@ _DONE = object()
 _DECODE_AHEAD = 1
 
 
-def decode_in_flight() -> int:
-    """nvImageCodec calls the decode thread keeps queued at once (IMGOPS_DECODE_IN_FLIGHT, 1
-    or 2; default 1): with 2 it submits the next batch before waiting for the one before
-    (decoders with submit(), the C API's), so that batch's per-image set-up overlaps the
-    hardware's decode. One more batch of decoded images then lives on the device."""
-    raw = os.environ.get("IMGOPS_DECODE_IN_FLIGHT", "").strip()
-    return 2 if raw == "2" else 1
-
-
 @dataclass
 class _Item:
     """One file on its way through the device engine."""
@@ -72,29 +62,6 @@ class _Item:
     order: str | None = None  # channel order of the op's input ("rgb", "bgr", None)
     output: Any = None  # the op's result (device tensor)
     extra: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass
-class _Done:
-    """A batch decoded at once (decoders without submit()), in PendingDecode's shape."""
-
-    images: list[Any]
-    failures: list[str | None] | None
-
-    def result(self) -> list[Any]:
-        return self.images
-
-
-@dataclass
-class _Submitted:
-    """A batch handed to the decoder: which items it decodes, the pending result, the stream,
-    and the seconds the decode thread spent submitting it."""
-
-    batch: list[_Item]
-    picked: list[int]
-    handle: Any
-    stream: int
-    seconds: float
 
 
 @dataclass
@@ -377,10 +344,9 @@ class DeviceEngine:
             with self.phases.timed("device.warm_up"):  # while the first files take the CPU path
                 self.decoder.warm_up()
         decoded: queue.Queue[Any] = queue.Queue()
-        in_flight = decode_in_flight()
-        room = threading.Semaphore(_DECODE_AHEAD + in_flight - 1)
+        room = threading.Semaphore(_DECODE_AHEAD)
         decoding = threading.Thread(
-            target=self._decode_loop, args=(decoded, room, in_flight), name="imgops-decode"
+            target=self._decode_loop, args=(decoded, room), name="imgops-decode"
         )
         decoding.start()
         try:
@@ -436,13 +402,16 @@ class DeviceEngine:
             for item in entry.batch:
                 self._release(item)
 
-    def _decode_loop(
-        self, decoded: queue.Queue[Any], room: threading.Semaphore, in_flight: int
-    ) -> None:
+    def _decode_loop(self, decoded: queue.Queue[Any], room: threading.Semaphore) -> None:
         """The decode thread: gathers batches and decodes them, at most _DECODE_AHEAD ahead
-        of the device thread (plus the one in flight with `in_flight` 2, decode_in_flight());
-        puts _DONE last, whatever happens."""
-        pending: _Submitted | None = None
+        of the device thread; puts _DONE last, whatever happens.
+
+        One nvImageCodec call at a time: the call returns only when its batch is decoded (on
+        an H100 host the call took 0.42 ms a file and its future 0.002 ms), so a second call
+        submitted before the first is waited for overlapped nothing (IMGOPS_DECODE_IN_FLIGHT=2,
+        tried and removed 2026-12-07: 800 photos relayed, 762-850 ms with one against 765-782
+        with two; docs/BENCHMARKS.md), and neither did two or three decode threads with a
+        decoder each (1886-2024 files/s alone, 1934-2070 with more: the engines are full)."""
         try:
             while True:
                 while not room.acquire(timeout=0.1):
@@ -450,33 +419,15 @@ class DeviceEngine:
                         return
                 if self.stop.is_set():
                     return
-                batch = self._gather(block=pending is None)
+                batch = self._gather(block=True)
                 if batch is None:
-                    if pending is None:
-                        return  # the input ended
-                    room.release()  # nothing queued yet: finish the batch in flight first
-                    decoded.put(self._complete(pending))
-                    pending = None
-                    continue
-                submitted = self._submit_batch(batch)
-                if pending is not None:
-                    decoded.put(self._complete(pending))
-                    pending = None
-                # (the decoder comes with the stage: asked here, not when the thread starts)
-                if in_flight == 2 and hasattr(self.decoder, "submit"):
-                    pending = submitted
-                else:
-                    decoded.put(self._complete(submitted))
+                    return
+                decoded.put(self._decode_batch(batch))
         except FatalError as error:
             self.results.put(error)
         except BaseException as error:  # a bug or a device failure: stop the batch, say why
             self.results.put(FatalError(error))
         finally:
-            if pending is not None:
-                try:
-                    decoded.put(self._complete(pending))
-                except BaseException as error:
-                    self.results.put(FatalError(error))
             decoded.put(_DONE)
 
     def _next_decoded(
@@ -554,38 +505,19 @@ class DeviceEngine:
 
     def _decode_batch(self, batch: list[_Item]) -> _Decoded:
         """nvImageCodec decodes the batch's JPEGs in one call; failures go to the CPU path."""
-        return self._complete(self._submit_batch(batch))
-
-    def _submit_batch(self, batch: list[_Item]) -> _Submitted:
-        """Queues the batch's decode (decoders with submit()), or decodes it now."""
         picked = [i for i, item in enumerate(batch) if item.candidate is not None]
         if not picked:
-            return _Submitted(batch, picked, None, 0, 0.0)
+            return _Decoded(batch, {}, 0)
         stream = self._decode_stream()
         start = time.perf_counter()
-        candidates = [batch[i].candidate for i in picked]
-        self.decode_batches.append(len(candidates))
-        submit = getattr(self.decoder, "submit", None)
-        if submit is not None:
-            handle = submit(candidates, stream)
-        else:
-            images = self.decoder.decode(candidates, stream)
-            handle = _Done(images, getattr(self.decoder, "last_failures", None))
-        return _Submitted(batch, picked, handle, stream, time.perf_counter() - start)
-
-    def _complete(self, submitted: _Submitted) -> _Decoded:
-        """The submitted batch's images (waiting for them); failures go to the CPU path."""
-        batch, picked = submitted.batch, submitted.picked
-        if not picked:
-            return _Decoded(batch, {}, 0)
-        start = time.perf_counter()
-        decoded = submitted.handle.result()
-        took = submitted.seconds + time.perf_counter() - start
+        self.decode_batches.append(len(picked))
+        decoded = self.decoder.decode([batch[i].candidate for i in picked], stream)
+        took = time.perf_counter() - start
         first = not getattr(self, "_decoded_once", False)
         self._decoded_once = True
         self.phases.add("device.decode_first" if first else "device.decode", took)
         share = took / len(picked)
-        failures = submitted.handle.failures or [None] * len(picked)
+        failures = getattr(self.decoder, "last_failures", None) or [None] * len(picked)
         images = {}
         for i, image, failure in zip(picked, decoded, failures, strict=True):
             seconds = batch[i].result.seconds
@@ -595,7 +527,7 @@ class DeviceEngine:
                 self._fallback(batch[i], f"{why}: {failure}" if failure else why)
             else:
                 images[i] = image
-        return _Decoded(batch, images, submitted.stream)
+        return _Decoded(batch, images, stream)
 
     def _decode_stream(self) -> int:
         """The stream nvImageCodec decodes on: the stage's once started, else the default (0);
