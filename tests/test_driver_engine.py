@@ -267,14 +267,12 @@ def _cpu_bytes(paths, out: Path, fmt: str = "png", **options) -> dict[str, bytes
     return {j.target.name: j.target.read_bytes() for j in jobs}
 
 
-def _run_against_cpu(engine: DriverEngine, paths, tmp_path: Path) -> dict[str, object]:
-    """Runs `paths` through the started engine into tmp_path/dev and checks every output has
-    the bytes of --device cpu (tmp_path/cpu); the engine's results by output name."""
-    _wait_for_stage(engine)
-    results = _run(engine, paths, tmp_path / "dev")
-    for name, data in _cpu_bytes(paths, tmp_path / "cpu").items():
+def _assert_written_as_on_the_cpu(results, paths, tmp_path: Path) -> None:
+    """Every file written, each with the bytes of the CPU path."""
+    expected = _cpu_bytes(paths, tmp_path / "cpu")
+    assert all(r.status == "written" for r in results.values())
+    for name, data in expected.items():
         assert (tmp_path / "dev" / name).read_bytes() == data, name
-    return results
 
 
 def _slow_stage(monkeypatch, release) -> None:
@@ -329,7 +327,9 @@ def test_a_file_the_gpu_fails_to_decode_takes_the_cpu_path_and_says_why(
     failing = JPEGS[0]
     decoder = FakeDecoder(fail=(failing.read_bytes(),))
     engine = _engine(PipelineSettings(device="cuda", jobs=2, batch_size=3), decoder)
-    results = _run_against_cpu(engine, JPEGS, tmp_path)
+    _wait_for_stage(engine)
+    results = _run(engine, JPEGS, tmp_path / "dev")
+    _assert_written_as_on_the_cpu(results, JPEGS, tmp_path)
     why = "nvImageCodec could not decode it: saturated (0x2)"
     fallbacks = {name: r.fallback for name, r in results.items() if r.fallback}
     assert fallbacks == {f"00-{failing.name}.png": why}
@@ -409,14 +409,6 @@ def test_driver_engine_other_formats_come_back_as_pixels(tmp_path: Path, fake_dr
         got = cv2.imread(str(tmp_path / "dev" / name), cv2.IMREAD_UNCHANGED)
         want = cv2.imread(str(tmp_path / "cpu" / name), cv2.IMREAD_UNCHANGED)
         assert np.array_equal(got, want), name
-
-
-def _assert_written_as_on_the_cpu(results, paths, tmp_path: Path) -> None:
-    """Every file written, each with the bytes of the CPU path."""
-    expected = _cpu_bytes(paths, tmp_path / "cpu")
-    assert all(r.status == "written" for r in results.values())
-    for name, data in expected.items():
-        assert (tmp_path / "dev" / name).read_bytes() == data, name
 
 
 def test_out_of_device_memory_converts_the_batch_on_the_cpu(tmp_path: Path, fake_driver):
@@ -722,9 +714,7 @@ def test_the_c_api_decoder_decodes_into_the_stages_memory(tmp_path: Path, fake_d
     )
     _wait_for_stage(engine)
     results = _run(engine, paths, tmp_path / "dev")
-    expected = _cpu_bytes(paths, tmp_path / "cpu")
-    for name, data in expected.items():
-        assert (tmp_path / "dev" / name).read_bytes() == data, name
+    _assert_written_as_on_the_cpu(results, paths, tmp_path)
     decoders = {r.decoder for name, r in results.items() if name.endswith(".jpg.png")}
     assert decoders == {"nvimgcodec"}
     device = FakeDevice.instances[-1]
