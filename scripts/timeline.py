@@ -9,8 +9,16 @@ itself, after os._exit or sys.exit, is timed by the caller: the file's last line
 the process asked to leave). `--engine` also marks the device engine's inside: the CUDA stage's
 start and readiness, each decode call and device batch, and every 50th file of the CPU path
 (it imports the engine's modules, numpy among them, before the CLI runs, so everything before
-the prestart moves ~0.1 s later than in a plain run). Linux only (the process start time comes
-from /proc).
+the prestart moves ~0.1 s later than in a plain run), each nvImageCodec decode call itself,
+every 100th file the encode threads finish, and, under `imgops serve`, each relayed command.
+Linux only (the process start time comes from /proc). The file's first line gives the
+process's start in CLOCK_BOOTTIME seconds, so that the marks of several processes (a server and
+its callers: `--caller`) line up:
+
+    python scripts/timeline.py --caller TIMELINE.txt gray DIR -d OUT -q
+
+runs the installed entry point (imgops.entry, which relays to IMGOPS_SERVER) as a child process
+and marks its spawn and its end.
 """
 
 from __future__ import annotations
@@ -46,8 +54,11 @@ def mark(event: str) -> None:
 
 
 def _flush(path: str) -> None:
+    with _LOCK:
+        lines = [f"# pid {os.getpid()} started at {_START:.4f} s (CLOCK_BOOTTIME)", *_LINES]
+        _LINES.clear()
     with open(path, "a") as out:
-        out.write("\n".join(_LINES) + "\n")
+        out.write("\n".join(lines) + "\n")
 
 
 def _wrap(owner, name: str, label: str | None = None, sized_argument: int | None = None) -> None:
@@ -77,6 +88,23 @@ def _mark_engine() -> None:
     _wrap(driver_stage.DriverStage, "_start", "CUDA stage start")
     _wrap(batched.DeviceEngine, "_decode_batch", "decode call", sized_argument=1)
     _wrap(driver.DriverEngine, "_run_batch", "device batch", sized_argument=2)
+    from imgops.io import nvimgcodec_c
+    from imgops.serve import server
+
+    _wrap(nvimgcodec_c.CDecoder, "_submit", "  nvimgcodecDecoderDecode")
+    _wrap(server.Server, "_handle", "relayed command")
+    encoded = batched.DeviceEngine._finish
+    finished = [0]
+
+    def finish_counted(self, *args, **kwargs):
+        encoded(self, *args, **kwargs)
+        with _LOCK:
+            finished[0] += 1
+            count = finished[0]
+        if count % 100 == 0:
+            mark(f"encode threads: {count} files")
+
+    batched.DeviceEngine._finish = finish_counted
     finish = batched.DeviceEngine._finish_on_host
     done = [0]
 
@@ -91,8 +119,22 @@ def _mark_engine() -> None:
     batched.DeviceEngine._finish_on_host = finish_counted
 
 
+def _caller(path: str, args: list[str]) -> None:
+    """Runs `python -m imgops.entry ARGS` as a child, marking its spawn and end; exits with
+    its status."""
+    import subprocess
+
+    mark(f"caller spawn: {' '.join(args[:2])}")
+    code = subprocess.call([sys.executable, "-m", "imgops.entry", *args])
+    mark(f"caller end, status {code}")
+    _flush(path)
+    sys.exit(code)
+
+
 def main() -> None:
     """Runs imgops' CLI with the arguments after TIMELINE.txt, marking its stages into it."""
+    if sys.argv[1:2] == ["--caller"]:
+        _caller(sys.argv[2], sys.argv[3:])
     engine = sys.argv[1:2] == ["--engine"]
     if engine:
         del sys.argv[1]

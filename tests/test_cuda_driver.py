@@ -340,6 +340,17 @@ def test_quick_driver_calls_keep_the_gil(fake, monkeypatch):
     assert not cd._driver().cuLaunchKernel._flags_ & keeps
 
 
+def test_the_pool_may_be_kept_from_making_streams_wait_for_each_other(backend):
+    """Device.pool_internal_dependencies sets the default pool's
+    REUSE_ALLOW_INTERNAL_DEPENDENCIES (the driver accepts it both ways)."""
+    backend.device.pool_internal_dependencies(False)
+    if backend.kind == "fake":
+        assert backend.counter("fake_internal_dependencies") == 0
+    backend.device.pool_internal_dependencies(True)
+    if backend.kind == "fake":
+        assert backend.counter("fake_internal_dependencies") == 1
+
+
 def test_fake_device_sets_the_pool_threshold_and_context_once(fake):
     assert fake.counter("fake_last_threshold", ctypes.c_uint64) == 2**64 - 1
     before = fake.counter("fake_ctx_set_current_calls")

@@ -13,6 +13,7 @@ file comes out with the CPU path's exact bytes. The kernels themselves are teste
 from __future__ import annotations
 
 import ctypes
+import itertools
 import threading
 import time
 from pathlib import Path
@@ -37,25 +38,35 @@ def _host(ptr: int, nbytes: int) -> np.ndarray:
     return np.ctypeslib.as_array((ctypes.c_uint8 * nbytes).from_address(ptr))
 
 
+_ticks = itertools.count()  # the order of the stand-in's stream operations
+
+
 class FakeStream:
+    """A stream that remembers how far it has waited for each other stream (through events),
+    so that the fakes can fail a use of memory its stream is not ordered after."""
+
     handle = 12345
 
     def __init__(self) -> None:
         self.closed = False
+        self.waited: dict[int, int] = {}  # id(other stream) -> the tick of its event
 
     def synchronize(self) -> None:
         pass
 
     def wait(self, event: FakeEvent) -> None:
         assert not event.closed  # waited for while it exists
+        source, tick = event.recorded
+        self.waited[source] = max(self.waited.get(source, -1), tick)
 
     def close(self) -> None:
         self.closed = True
 
 
 class FakeEvent:
-    def __init__(self) -> None:
+    def __init__(self, stream: FakeStream | None = None) -> None:
         self.closed = False
+        self.recorded = (id(stream), next(_ticks))
 
     def close(self) -> None:
         self.closed = True
@@ -88,6 +99,8 @@ class FakeDevice:
 
     def __init__(self, index: int = 0) -> None:
         self.blocks: dict[int, np.ndarray] = {}
+        self.origin: dict[int, tuple[int, int]] = {}  # block -> (id(its stream), tick)
+        self.internal_dependencies = True
         self.allocs = 0
         self.pinned_buffers: list[FakePinned] = []
         self.closed = False
@@ -106,7 +119,10 @@ class FakeDevice:
         return FakeStream()
 
     def event(self, stream: FakeStream, *, blocking: bool = True) -> FakeEvent:
-        return FakeEvent()
+        return FakeEvent(stream)
+
+    def pool_internal_dependencies(self, allowed: bool) -> None:
+        self.internal_dependencies = allowed
 
     def alloc(self, nbytes: int, stream: FakeStream) -> int:
         self.allocs += 1
@@ -114,10 +130,23 @@ class FakeDevice:
             raise cuda_driver.CudaError(2, "cuMemAllocAsync")
         block = np.full(nbytes, 0xEE, np.uint8)
         self.blocks[block.ctypes.data] = block
+        self.origin[block.ctypes.data] = (id(stream), next(_ticks))
         return block.ctypes.data
 
+    def check_ordered(self, ptr: int, stream: FakeStream) -> None:
+        """Fails where `stream` uses a block allocated (and so written: the decoder's output)
+        on another stream without having waited for that stream past the allocation."""
+        for start, block in self.blocks.items():
+            if start <= ptr < start + max(1, block.size):
+                source, tick = self.origin[start]
+                if source != id(stream):
+                    assert stream.waited.get(source, -1) > tick, "not ordered after its stream"
+                return
+
     def free(self, ptr: int, stream: FakeStream) -> None:
+        self.check_ordered(ptr, stream)
         del self.blocks[ptr]  # a double free or a foreign pointer fails the test
+        del self.origin[ptr]
 
     def pinned(self, nbytes: int) -> FakePinned:
         buffer = FakePinned(nbytes)
@@ -133,9 +162,11 @@ class FakeKernels:
 
     def __init__(self, device: FakeDevice, path: Path | None = None) -> None:
         self.launches = 0
+        self.device = device
 
     def gray_u8(self, src, src_pitch, dst, dst_pitch, width, height, bgr, stream) -> None:
         self.launches += 1
+        self.device.check_ordered(src, stream)
         flat = _host(src, src_pitch * (height - 1) + 3 * width)
         rgb = np.lib.stride_tricks.as_strided(flat, (height, width, 3), (src_pitch, 3, 1))
         wide = rgb.astype(np.int64)
@@ -352,8 +383,16 @@ def test_the_device_deflate_is_used_and_changes_no_byte(
     else:
         monkeypatch.setenv("IMGOPS_GPU_DEFLATE", gpu_deflate)
     monkeypatch.setenv("IMGOPS_DEFLATE_STREAMS", streams)
-    waits: list[FakeStream] = []
-    monkeypatch.setattr(FakeStream, "wait", lambda self, event: waits.append(self))
+    waits: list[FakeStream] = []  # (those for a decode: below)
+    decode_waits: list[FakeStream] = []
+    wait = FakeStream.wait
+
+    def counted_wait(self, event):
+        decoded = event.recorded[0] == id(engine.stage.decode_stream)
+        (decode_waits if decoded else waits).append(self)
+        wait(self, event)
+
+    monkeypatch.setattr(FakeStream, "wait", counted_wait)
     deflated: list[int] = []
     original = FakeKernels.png_deflate
 
@@ -378,6 +417,9 @@ def test_the_device_deflate_is_used_and_changes_no_byte(
         assert any(stream is main for stream in waits)
     else:
         assert waits == []
+    # the stage's stream waits for each decode (the decodes run on a stream of their own)
+    assert decode_waits == [main] * len(engine.decode_batches)
+    assert engine.stage.decode_stream is not main
     assert FakeDevice.instances[-1].blocks == {}  # every device buffer freed
 
 
@@ -702,11 +744,18 @@ def test_the_command_line_leaves_with_its_code_and_flushed_output(kept: bool):
     __import__("imgops.io.nvimgcodec_c").io.nvimgcodec_c.package_dir() is None,
     reason="nvImageCodec not installed",
 )
-def test_the_c_api_decoder_decodes_into_the_stages_memory(tmp_path: Path, fake_driver):
+@pytest.mark.parametrize("stream", ["own", "stage"])
+def test_the_c_api_decoder_decodes_into_the_stages_memory(
+    tmp_path: Path, fake_driver, monkeypatch, stream
+):
     """nvImageCodec through its C API (its CPU backend here) decodes into memory the stage
-    allocates in stream order; the engine frees every such buffer and writes the CPU bytes."""
+    allocates in stream order, on a decode stream of its own (the stage's stream waits for
+    each decode: the stand-in fails a kernel or free not ordered after it) or, with
+    IMGOPS_DECODE_STREAM=stage, on the stage's; the engine frees every such buffer and writes
+    the CPU bytes."""
     from imgops.io.nvimgcodec_c import CDecoder
 
+    monkeypatch.setenv("IMGOPS_DECODE_STREAM", stream)
     paths = PICTURES * 2
     settings = PipelineSettings(device="cuda", jobs=2, batch_size=3)
     engine = DriverEngine(
@@ -720,6 +769,9 @@ def test_the_c_api_decoder_decodes_into_the_stages_memory(tmp_path: Path, fake_d
     device = FakeDevice.instances[-1]
     assert device.blocks == {}  # the decoded images' memory too, freed in stream order
     assert device.closed and engine.stage.decoder is None
+    own = engine.stage.decode_stream is not engine.stage.stream
+    assert own == (stream == "own") and device.internal_dependencies == (stream != "own")
+    assert engine.stage.decode_stream.closed
 
 
 @pytest.mark.skipif(

@@ -76,6 +76,7 @@ int fake_launches = 0;
 unsigned fake_last_grid[3] = {0, 0, 0};
 unsigned fake_last_block[3] = {0, 0, 0};
 uint64_t fake_last_threshold = 0;
+int fake_internal_dependencies = 1;  // CUDA's default
 int fake_live_allocations = 0;
 
 int cuInit(unsigned flags) {
@@ -226,7 +227,14 @@ int cuDeviceGetDefaultMemPool(void** pool, int device) {
 }
 
 int cuMemPoolSetAttribute(void* pool, int attribute, void* value) {
-  if (pool != kPool || attribute != 4 || value == nullptr) return kInvalidValue;
+  if (pool != kPool || value == nullptr) return kInvalidValue;
+  if (attribute == 3) {  // CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES: an int, 0 or 1
+    int allowed = *static_cast<int*>(value);
+    if (allowed != 0 && allowed != 1) return kInvalidValue;
+    fake_internal_dependencies = allowed;
+    return kSuccess;
+  }
+  if (attribute != 4) return kInvalidValue;
   fake_last_threshold = *static_cast<uint64_t*>(value);
   return kSuccess;
 }

@@ -72,6 +72,9 @@ class _Decoded:
     batch: list[_Item]
     images: dict[int, Any]
     stream: int
+    #: An event the device's stream waits for before it uses the images, where they were
+    #: decoded on a stream of their own (imgops.engine.driver); None otherwise.
+    ready: Any = None
 
 
 class TorchStage:
@@ -365,6 +368,7 @@ class DeviceEngine:
                     pending = waiting.pop(0)  # (from here on _run_batch frees its memory)
                     if pending.stream == 0 and pending.images and stage.cuda:
                         self._decoded_before_stream(stage)
+                    self._wait_decoded(stage, pending)
                     event, keep = self._run_batch(stage, pending.batch, pending.images)
                     if retiring is not None and retiring[0] is not None:
                         with self.phases.timed("device.wait_previous"):
@@ -399,6 +403,10 @@ class DeviceEngine:
                     with contextlib.suppress(Exception):  # (a failed device frees nothing)
                         release(image)
             entry.images.clear()
+            if entry.ready is not None:
+                with contextlib.suppress(Exception):
+                    entry.ready.close()
+                entry.ready = None
             for item in entry.batch:
                 self._release(item)
 
@@ -447,6 +455,14 @@ class DeviceEngine:
             return None
         room.release()
         return entry
+
+    def _decoded_event(self) -> Any:
+        """An event recorded where the batch just decoded is complete, for the device's
+        stream to wait on; None here (torch: decodes run on the stage's stream)."""
+        return None
+
+    def _wait_decoded(self, stage: Any, pending: _Decoded) -> None:
+        """Orders the device's stream after the decode of `pending` (see _decoded_event)."""
 
     def _decoded_before_stream(self, stage: TorchStage) -> None:
         """A batch decoded on the default stream before the stage's existed: wait for it."""
@@ -527,7 +543,7 @@ class DeviceEngine:
                 self._fallback(batch[i], f"{why}: {failure}" if failure else why)
             else:
                 images[i] = image
-        return _Decoded(batch, images, stream)
+        return _Decoded(batch, images, stream, self._decoded_event() if images else None)
 
     def _decode_stream(self) -> int:
         """The stream nvImageCodec decodes on: the stage's once started, else the default (0);

@@ -52,6 +52,7 @@ _CU_STREAM_NON_BLOCKING = 0x1
 _CU_EVENT_BLOCKING_SYNC = 0x1
 _CU_EVENT_DISABLE_TIMING = 0x2
 _CU_MEMHOSTALLOC_PORTABLE = 0x1
+_CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES = 3
 _CU_MEMPOOL_ATTR_RELEASE_THRESHOLD = 4
 # Codes that are not the driver's: no driver library, and a closed Device.
 _NO_DRIVER = -1
@@ -450,6 +451,20 @@ class Device:
             return
         self.make_current()
         _call("cuMemFreeAsync", _CUdeviceptr(ptr), ctypes.c_void_p(stream.handle))
+
+    def pool_internal_dependencies(self, allowed: bool) -> None:
+        """Whether the default pool may hand an allocation on one stream memory freed on
+        another by making the first wait for the second (CUDA's default: yes). Off, streams
+        that allocate and free apart (a decode stream, the stage's) never wait for each
+        other through the pool; it grows instead, and reuses memory whose free is done."""
+        self.make_current()
+        value = ctypes.c_int(1 if allowed else 0)
+        _call(
+            "cuMemPoolSetAttribute",
+            self._pool,
+            _CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES,
+            ctypes.byref(value),
+        )
 
     def trim_pool(self, keep: int = 0) -> None:
         """Gives memory the pool holds unused back to the system, keeping at least `keep`

@@ -9,8 +9,10 @@ driver's primary context, one stream, the fatbin module, and nvImageCodec's deco
 C API, imgops.io.nvimgcodec_c: the GIL stays free), all in a background thread while the first
 files take the CPU path.
 
-Per batch on the device thread: nvImageCodec decodes the accepted JPEGs (one call, on the
-stage's stream, into the stage's memory) -> `op.driver` per image (gray: one kernel into
+Per batch: nvImageCodec decodes the accepted JPEGs (the decode thread: one call, on the
+stage's decode stream, into the stage's memory; the stage's stream waits for it through an
+event, so the decode never waits for the previous batch's kernels and copies) -> on the device
+thread `op.driver` per image (gray: one kernel into
 stream-ordered device memory) -> the PNG row filter kernel -> the
 deflate kernels (png_deflate_kernels.cuh: the CPU encoder's exact zlib stream) -> the stream
 copied into a reused pinned buffer laid out as the PNG file -> an event; the encode threads
@@ -92,10 +94,29 @@ class DriverEngine(DeviceEngine):
 
     # ---------------------------------------------------------------- the device thread
     def _decode_stream(self) -> int:
+        """The stage's decode stream (see DriverStage.decode_stream)."""
         stage = self.stage.get()  # the stage starts in well under a second
         if self.decoder is not None and self.decoder is not stage.decoder:
             stage.bind(self.decoder)  # --decoder gpu: made in run(), on the calling thread
-        return stage.stream_handle()
+        return stage.decode_stream.handle
+
+    def _decoded_event(self) -> Any:
+        """An event on the decode stream after the batch's decode (None where the decodes
+        run on the stage's stream)."""
+        stage = self.stage.get()
+        if stage.decode_stream is stage.stream:
+            return None
+        return stage.device.event(stage.decode_stream, blocking=False)
+
+    def _wait_decoded(self, stage: DriverStage, pending: Any) -> None:
+        """The stage's stream waits for the decode of `pending` before its kernels, and
+        before any free of its images (on the failure paths too)."""
+        if pending.ready is not None:
+            ready, pending.ready = pending.ready, None
+            try:
+                stage.stream.wait(ready)
+            finally:
+                ready.close()
 
     def _first_batch(self, stage: Any) -> None:
         """The pinned pool from the driver (its buffers freed at the end, unless the stage is

@@ -105,6 +105,10 @@ class DriverStage:
 
             self.device = cuda_driver.Device(self.index)
             self.stream = self.device.stream()
+            self.decode_stream = self.stream
+            if own_decode_stream():
+                self.decode_stream = self.device.stream()
+                self.device.pool_internal_dependencies(False)
             self.kernels = cuda_driver.Kernels(self.device)
             if self._decoder_factory is not None:
                 from ..io.gpu_decode import GpuDecoderUnavailable
@@ -116,8 +120,8 @@ class DriverStage:
                     self.decoder_problem = str(error)
                 if self.decoder is not None:
                     self.bind(self.decoder)
-                    self.decoder.warm_up(self.stream.handle)
-                    self.stream.synchronize()
+                    self.decoder.warm_up(self.decode_stream.handle)
+                    self.decode_stream.synchronize()
         except BaseException as error:
             self.future.set_exception(error)
         else:
@@ -125,11 +129,12 @@ class DriverStage:
 
     def bind(self, decoder: Any) -> None:
         """Gives a decoder that decodes into memory of ours (imgops.io.nvimgcodec_c) the
-        stage's stream-ordered device memory; other decoders are left as they are."""
+        stage's device memory, ordered on the decode stream; other decoders are left as they
+        are."""
         if hasattr(decoder, "use_memory"):
             decoder.use_memory(
-                lambda nbytes: self.device.alloc(nbytes, self.stream),
-                lambda pointer: self.device.free(pointer, self.stream),
+                lambda nbytes: self.device.alloc(nbytes, self.decode_stream),
+                lambda pointer: self.device.free(pointer, self.decode_stream),
             )
 
     def close(self, timeout: float = 60.0) -> None:
@@ -167,6 +172,8 @@ class DriverStage:
             self.pinned_pool.close()
         for stream in self._side:
             stream.close()
+        if self.decode_stream is not self.stream:
+            self.decode_stream.close()
         self.stream.close()
         self.device.close()
 
@@ -195,8 +202,10 @@ class DriverStage:
         return self._side[:count]
 
     def synchronize(self) -> None:
-        """Waits until the stream and the side streams are idle."""
+        """Waits until the stream, the decode stream and the side streams are idle."""
         self.stream.synchronize()
+        if self.decode_stream is not self.stream:
+            self.decode_stream.synchronize()
         for stream in self._side:
             stream.synchronize()
 
@@ -205,6 +214,18 @@ class DriverStage:
         pitch = width * channels
         ptr = self.device.alloc(max(1, pitch * height), self.stream)
         return DeviceImage(ptr, width, height, channels, pitch, owned=True)
+
+
+#: Where nvImageCodec decodes: "own" (a stream of the stage's own: the decode does not wait
+#: for the previous batch's kernels and copies queued on the stage's stream, and the stage's
+#: stream waits for each decode through an event) or "stage" (the stage's stream, as before
+#: 2026-12-07). IMGOPS_DECODE_STREAM overrides it (comparisons).
+DECODE_STREAM_DEFAULT = "own"
+
+
+def own_decode_stream() -> bool:
+    """Whether nvImageCodec decodes on a stream of its own (see DECODE_STREAM_DEFAULT)."""
+    return os.environ.get("IMGOPS_DECODE_STREAM", DECODE_STREAM_DEFAULT).strip() != "stage"
 
 
 #: How the stage starts: "serial" (the context, the stream and the kernels, then nvImageCodec's
