@@ -385,3 +385,206 @@ def test_a_plan_never_writes_an_input_or_one_file_twice(names, into_dir, templat
         assert done | {p.label for p in result.problems} == {
             str(p) for p in root.rglob("*") if p.is_file()
         }
+
+
+# ----------------------------------------------------------------------------- symlinks, '..'
+
+
+def test_an_input_folder_named_directly_and_through_a_link_is_done_once(tree: Path):
+    link = tree.parent / "link"
+    link.symlink_to(tree)
+    assert paths(collect(tree, link)) == [str(tree / "a.png"), str(tree / "b.jpg")]
+    assert paths(collect(link, tree)) == [str(link / "a.png"), str(link / "b.jpg")]
+    # a link found in a folder is the file it names: done once, where it came first
+    touch(tree.parent / "other" / "x.png")
+    (tree / "x_link.png").symlink_to(tree.parent / "other" / "x.png")
+    assert paths(collect(tree, tree.parent / "other")) == [
+        str(tree / n) for n in ("a.png", "b.jpg", "x_link.png")
+    ]
+    (tree / "x_link.png").unlink()
+    # a file that is a link into the folder is the file it names: done once, where it came first
+    (tree.parent / "a_link.png").symlink_to(tree / "a.png")
+    assert paths(collect(tree.parent / "a_link.png", tree)) == [
+        str(tree.parent / "a_link.png"),
+        str(tree / "b.jpg"),
+    ]
+
+
+def test_a_folder_of_the_working_folder_and_dot_give_the_paths_as_named(
+    tree: Path, monkeypatch: pytest.MonkeyPatch
+):
+    monkeypatch.chdir(tree)
+    assert paths(collect(".")) == ["a.png", "b.jpg"]
+    assert paths(collect("sub", recursive=True)) == ["sub/c.png", "sub/deep/d.jpg"]
+    assert paths(collect("sub/..")) == ["sub/../a.png", "sub/../b.jpg"]
+    result = plan(collect(".", "sub/c.png"), rule=IN_DIR, output_dir=Path("new/out"))
+    assert targets(result) == ["new/out/a.png", "new/out/b.png", "new/out/c.png"]
+
+
+def test_an_output_folder_that_is_a_link_to_the_input_folder_is_refused(tree: Path):
+    link = tree.parent / "out"
+    link.symlink_to(tree)
+    with pytest.raises(OutputIsInput, match="would overwrite an input"):
+        plan(collect(tree), rule=IN_DIR, output_dir=link, overwrite=True)
+    # and through '..' after a link: physically the input folder, not lexically
+    (tree.parent / "deep").mkdir()
+    (tree.parent / "deep" / "to_sub").symlink_to(tree / "sub")
+    with pytest.raises(OutputIsInput, match="would overwrite an input"):
+        plan(
+            collect(tree / "sub" / "c.png"),
+            rule=IN_DIR,
+            output_dir=tree.parent / "deep" / "to_sub" / ".." / "sub",
+            overwrite=True,
+        )
+
+
+def test_an_output_that_is_a_link_to_an_input_is_refused(tree: Path, tmp_path: Path):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "a.png").symlink_to(tree / "a.png")
+    with pytest.raises(OutputIsInput, match="would overwrite an input"):
+        plan(collect(tree), rule=IN_DIR, output_dir=out, overwrite=True)
+    # an input that is a link: its output in the folder of the file it names is that file
+    (tmp_path / "named").mkdir()
+    (tmp_path / "named" / "c.png").symlink_to(tree / "sub" / "c.png")
+    with pytest.raises(OutputIsInput, match="would overwrite an input"):
+        plan(collect(tmp_path / "named"), rule=IN_DIR, output_dir=tree / "sub", overwrite=True)
+
+
+def test_a_dangling_link_where_an_output_goes_is_an_existing_output(tree: Path, tmp_path: Path):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "a.png").symlink_to(tmp_path / "nowhere.png")
+    refused = plan(collect(tree), rule=IN_DIR, output_dir=out)
+    assert targets(refused) == [str(out / "b.png")]
+    assert [p.reason for p in refused.problems] == [
+        f"output {out / 'a.png'} exists (use --overwrite)"
+    ]
+    assert [
+        s.reason
+        for s in plan(collect(tree), rule=IN_DIR, output_dir=out, skip_existing=True).skipped
+    ] == [f"skipped, {out / 'a.png'} exists"]
+    assert len(plan(collect(tree), rule=IN_DIR, output_dir=out, overwrite=True).tasks) == 2
+
+
+def test_the_stats_file_linked_to_an_input_or_an_output_is_refused(tree: Path, tmp_path: Path):
+    (tmp_path / "stats.json").symlink_to(tree / "a.png")
+    with pytest.raises(OutputIsInput, match="would overwrite the input"):
+        plan(collect(tree), stats_path=tmp_path / "stats.json")
+    out = tmp_path / "out"
+    out.mkdir()
+    touch(out / "b.png")
+    (tmp_path / "stats2.json").symlink_to(out / "b.png")
+    with pytest.raises(OutputIsInput, match="is also the output of"):
+        plan(
+            collect(tree),
+            rule=IN_DIR,
+            output_dir=out,
+            overwrite=True,
+            stats_path=tmp_path / "stats2.json",
+        )
+
+
+def _key_tree(root: Path) -> list[str]:
+    """Paths of every kind the planner compares, relative to `root`."""
+    touch(root / "in" / "a.png")
+    touch(root / "in" / "sub" / "c.png")
+    touch(root / "top.png")
+    (root / "in" / "link.png").symlink_to("a.png")
+    (root / "in" / "broken.png").symlink_to(root / "gone.png")
+    (root / "in" / "self.png").symlink_to("self.png")
+    os.mkfifo(root / "in" / "fifo.png")
+    (root / "in" / "to_fifo.png").symlink_to("fifo.png")
+    (root / "in" / "sub" / "up").symlink_to("..")
+    (root / "deep").mkdir()
+    (root / "deep" / "to_sub").symlink_to(root / "in" / "sub")
+    (root / "to_in").symlink_to("in")
+    (root / "dangling_dir").symlink_to(root / "nowhere")
+    return [
+        "top.png",
+        "in/a.png",
+        "in//a.png",
+        "in/./a.png",
+        "in/link.png",
+        "in/broken.png",
+        "in/self.png",
+        "in/fifo.png",
+        "in/to_fifo.png",
+        "in/new.png",
+        "in/sub",
+        "in/sub/",
+        "in/sub/..",
+        "in/sub/.",
+        "in/sub/up/a.png",
+        "in/sub/up/../top.png",
+        "deep/to_sub/../a.png",
+        "deep/to_sub/c.png",
+        "to_in/a.png",
+        "to_in/sub/up/link.png",
+        "in/a.png/x.png",
+        "missing/a.png",
+        "missing/deeper/a.png",
+        "dangling_dir/a.png",
+        "in/self.png/x.png",
+        ".",
+        "..",
+        "",
+    ]
+
+
+@pytest.mark.parametrize("relative", [False, True], ids=["absolute", "relative"])
+def test_the_keys_of_one_plan_are_the_planners_keys(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, relative: bool
+):
+    """plan_outputs computes each path's keys once, with short cuts (a folder resolved once for
+    all its names, one lstat for a stat, readdir's word that a name is no link): each must give
+    what the plain functions give, on links, '..' after a link, loops, missing folders, files
+    where a folder should be and relative names."""
+    from imgops.planner import _file_key, _Keys, _path_key, _real_key, _target_problem
+
+    root = tmp_path / "root"
+    names = _key_tree(root)
+    if relative:
+        monkeypatch.chdir(root)
+    else:
+        names = [str(root / name) if name else name for name in names]
+    for order in (names, names[::-1]):  # each memo filled first by either kind of name
+        keys = _Keys()
+        for text in order:
+            if not text:
+                continue
+            assert keys.path_key(text) == _path_key(text), text
+            assert keys.real_key(text) == _real_key(text), text
+            assert keys.file_key(text) == _file_key(text), text
+            assert keys.target_problem(text) == _target_problem(text), text
+            assert keys.exists(text) == os.path.lexists(text), text
+        keys = _Keys()  # stat first, then the keys
+        for text in order:
+            if text:
+                assert keys.exists(text) == os.path.lexists(text), text
+                assert keys.file_key(text) == _file_key(text), text
+                assert keys.real_key(text) == _real_key(text), text
+    for folder in (".", "in", "to_in", "deep/to_sub", "in/sub/up", "in/sub/up/.."):
+        folder = folder if relative else str(root / folder)
+        keys = _Keys()
+        with os.scandir(folder) as listing:
+            for entry in listing:
+                if not entry.is_symlink():  # what collect_inputs tells real_key
+                    text = str(Path(entry.path))  # a Path's str, as collect_inputs has it
+                    assert keys.real_key(text, not_link=True) == _real_key(text), text
+
+
+def test_files_found_in_a_folder_are_the_paths_scandir_names(tree: Path, monkeypatch):
+    """collect_inputs makes the Path of each entry from its folder's (pathlib's own short
+    cut): the same Path as Path(entry.path), for absolute, relative and '.' folders."""
+    from imgops.planner import _child
+
+    monkeypatch.chdir(tree)
+    for folder in (tree, Path("."), Path("sub"), Path("sub/deep/.."), Path("/")):
+        with os.scandir(folder) as listing:
+            for entry in listing:
+                child = _child(folder, entry)
+                assert child == Path(entry.path) and str(child) == str(Path(entry.path))
+                assert child.parts == Path(entry.path).parts and type(child) is type(
+                    Path(entry.path)
+                )
