@@ -41,6 +41,85 @@ def test_the_server_variable_names_a_socket_or_none(monkeypatch, tmp_path: Path)
     assert protocol.default_socket_path() == Path(f"/tmp/imgops-{os.getuid()}/server.sock")
 
 
+SOCKET_VALUES = ["1", "auto", "/x/y.sock", " /x/y.sock ", "rel/s.sock", "./s.sock", "a//b/./c/",
+                 "s.sock/.", "./~/s.sock", "//net/s.sock", "///x//s.sock", ".", "..", "~",
+                 "~/s.sock", "~/./a//s.sock", "~/", f"~{os.environ.get('USER', 'root')}/s.sock",
+                 "~nobody-such-user/s.sock", "x/~/s.sock", "0", "", None]  # fmt: skip
+
+
+def test_the_relay_names_the_socket_as_pathlib_does(monkeypatch):
+    """forward() takes the socket's path as text, made without importing pathlib: it is
+    str(server_socket_path(value)) (or the same RuntimeError) on every kind of path, with
+    every kind of XDG_RUNTIME_DIR and HOME."""
+    for runtime in (None, "", " ", "/run/user/7", "/run/user/7/", "//r", "///r", "rel/./r", "/"):
+        for home in ("/home/u", "/home/u/", "//h", "/", "rel/h", None):
+            for name, setting in (("XDG_RUNTIME_DIR", runtime), ("HOME", home)):
+                if setting is None:
+                    monkeypatch.delenv(name, raising=False)
+                else:
+                    monkeypatch.setenv(name, setting)
+            for value in SOCKET_VALUES:
+                case = (value, runtime, home)
+                try:
+                    expected = protocol.server_socket_path(value)
+                except RuntimeError as error:
+                    with pytest.raises(RuntimeError, match=str(error)):
+                        protocol.server_socket_text(value)
+                    continue
+                text = protocol.server_socket_text(value)
+                assert text == (None if expected is None else str(expected)), case
+
+
+def test_the_relayed_width_is_shutils(monkeypatch):
+    """The request's terminal width, made without importing shutil: shutil's own."""
+    for columns in (None, "", "wide", "0", "-3", "132"):
+        for lines in (None, "0", "40"):
+            for name, setting in (("COLUMNS", columns), ("LINES", lines)):
+                if setting is None:
+                    monkeypatch.delenv(name, raising=False)
+                else:
+                    monkeypatch.setenv(name, setting)
+            expected = shutil.get_terminal_size().columns
+            assert client._terminal_columns() == expected, (columns, lines)
+
+
+@pytest.mark.parametrize("width", [0, 57, 300])
+def test_the_relayed_width_of_a_terminal_is_shutils(width):
+    import fcntl
+    import pty
+    import struct
+    import termios
+
+    main, terminal = pty.openpty()
+    try:
+        fcntl.ioctl(terminal, termios.TIOCSWINSZ, struct.pack("HHHH", 24, width, 0, 0))
+        probe = ("import shutil, sys; from imgops.serve import client; "
+                 "print(client._terminal_columns(), shutil.get_terminal_size().columns, "
+                 "file=sys.stderr)")  # fmt: skip
+        env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
+        done = subprocess.run([sys.executable, "-c", probe], stdout=terminal, env=env,
+                              stderr=subprocess.PIPE, text=True, timeout=60)  # fmt: skip
+    finally:
+        os.close(main)
+        os.close(terminal)
+    ours, shutils = done.stderr.split()
+    assert ours == shutils and (width == 0 or int(ours) == width), done.stderr
+
+
+def test_a_relayed_command_imports_no_typing_pathlib_or_shutil():
+    """What the imgops executable imports to relay a command: socket, json, signal and
+    imgops.serve's own modules; typing, pathlib (with urllib.parse) and shutil (with its
+    compression modules) cost ~12 ms of each relayed command on the 2-core machine. Only what
+    the imports add is counted (a site module may have imported more before)."""
+    probe = ("import sys; before = set(sys.modules); import imgops.entry; from imgops import "
+             "serve; from imgops.serve import client, protocol; print(' '.join(sorted("
+             "set(sys.modules) - before)))")  # fmt: skip
+    added = set(subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                               check=True, timeout=60).stdout.split())  # fmt: skip
+    assert "imgops.serve.client" in added
+    assert not added & {"typing", "pathlib", "shutil", "urllib.parse", "bz2", "lzma", "click"}
+
+
 def test_the_sockets_folder_must_be_private(tmp_path: Path):
     folder = tmp_path / "made"
     protocol.private_folder(folder / "s.sock", create=True)

@@ -13,7 +13,9 @@ imported on first use of an op.
 
 from __future__ import annotations
 
-from typing import Any
+TYPE_CHECKING = False  # typing's, without importing typing: a relayed command imports this too
+if TYPE_CHECKING:
+    from typing import Any
 
 __version__ = "0.1.0"
 

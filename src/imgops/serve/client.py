@@ -12,14 +12,19 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import socket
 import sys
-from pathlib import Path
-from typing import Any
 
 from . import protocol
+
+# No typing, pathlib or shutil here: with socket, json and signal, this module is all a relayed
+# command imports (with typing, pathlib, urllib.parse and shutil's compression modules the
+# imports took ~7 ms more, the process ~9 ms, on the 2-core machine); tests/test_serve.py checks.
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing
+if TYPE_CHECKING:
+    from pathlib import Path
+    from typing import Any
 
 __all__ = ["RELAYED_COMMANDS", "control", "forward", "relayable", "server_status"]
 
@@ -71,8 +76,25 @@ def _request(args: list[str]) -> dict[str, Any]:
         "umask": umask,
         "env": env,
         "stderr_tty": stderr_tty,
-        "columns": shutil.get_terminal_size().columns,
+        "columns": _terminal_columns(),
     }
+
+
+def _terminal_columns() -> int:
+    """shutil.get_terminal_size().columns (the same steps), without importing shutil: COLUMNS
+    where it is a positive number, else the width of the terminal on stdout, else 80 (where the
+    terminal says 0: 80 from Python 3.11, 0 before)."""
+    try:
+        columns = int(os.environ["COLUMNS"])
+    except (KeyError, ValueError):
+        columns = 0
+    if columns > 0:
+        return columns
+    try:
+        columns = os.get_terminal_size(sys.__stdout__.fileno()).columns  # type: ignore[union-attr]
+    except (AttributeError, ValueError, OSError):
+        return 80
+    return columns or (80 if sys.version_info >= (3, 11) else 0)
 
 
 def _write(stream: Any, data: bytes) -> None:
@@ -90,7 +112,7 @@ def forward(args: list[str]) -> int | None:
     """Runs `args` on the server IMGOPS_SERVER names and returns its exit status; None where
     the command is to run in this process (no server wanted, none answering, or one this
     command cannot be relayed to)."""
-    path = protocol.server_socket_path(os.environ.get(protocol.SERVER_VARIABLE))
+    path = protocol.server_socket_text(os.environ.get(protocol.SERVER_VARIABLE))
     if path is None or not relayable(args):
         return None
     if not hasattr(socket, "AF_UNIX"):
@@ -102,7 +124,7 @@ def forward(args: list[str]) -> int | None:
         return None
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
-        conn.connect(str(path))
+        conn.connect(path)
     except OSError as error:
         conn.close()
         _note(args, f"no imgops server at {path} ({error.strerror or error}; start one with "
@@ -126,7 +148,7 @@ class _LeftWaiting(KeyboardInterrupt):
 TURN_ANSWER_SECONDS = 1.0
 
 
-def _relay(conn: socket.socket, args: list[str], path: Path) -> int | None:
+def _relay(conn: socket.socket, args: list[str], path: str) -> int | None:
     """Copies the server's output here until its exit status comes. A Ctrl-C while the request
     waits for its turn leaves at once (the server will not run it); once the command runs,
     the first Ctrl-C asks the server to stop it (it finishes the files in progress, as here)
