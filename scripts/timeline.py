@@ -93,30 +93,24 @@ def _mark_engine() -> None:
 
     _wrap(nvimgcodec_c.CDecoder, "_submit", "  nvimgcodecDecoderDecode")
     _wrap(server.Server, "_handle", "relayed command")
-    encoded = batched.DeviceEngine._finish
-    finished = [0]
+    _count(batched.DeviceEngine, "_finish", "encode threads", every=100)
+    _count(batched.DeviceEngine, "_finish_on_host", "CPU path", every=50)
 
-    def finish_counted(self, *args, **kwargs):
-        encoded(self, *args, **kwargs)
-        with _LOCK:
-            finished[0] += 1
-            count = finished[0]
-        if count % 100 == 0:
-            mark(f"encode threads: {count} files")
 
-    batched.DeviceEngine._finish = finish_counted
-    finish = batched.DeviceEngine._finish_on_host
+def _count(owner, name: str, label: str, every: int) -> None:
+    """Replaces owner.name by one that marks every `every`th call as "label: N files"."""
+    inner = getattr(owner, name)
     done = [0]
 
-    def finish_counted(self, item, start):
-        finish(self, item, start)
+    def counted(*args, **kwargs):
+        inner(*args, **kwargs)
         with _LOCK:
             done[0] += 1
             count = done[0]
-        if count % 50 == 0:
-            mark(f"CPU path: {count} files")
+        if count % every == 0:
+            mark(f"{label}: {count} files")
 
-    batched.DeviceEngine._finish_on_host = finish_counted
+    setattr(owner, name, counted)
 
 
 def _caller(path: str, args: list[str]) -> None:
