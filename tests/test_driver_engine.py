@@ -383,6 +383,7 @@ def test_the_device_deflate_is_used_and_changes_no_byte(
     else:
         monkeypatch.setenv("IMGOPS_GPU_DEFLATE", gpu_deflate)
     monkeypatch.setenv("IMGOPS_DEFLATE_STREAMS", streams)
+    monkeypatch.setenv("IMGOPS_DECODE_STREAM", "own")
     waits: list[FakeStream] = []  # (those for a decode: below)
     decode_waits: list[FakeStream] = []
     wait = FakeStream.wait
@@ -749,10 +750,11 @@ def test_the_c_api_decoder_decodes_into_the_stages_memory(
     tmp_path: Path, fake_driver, monkeypatch, stream
 ):
     """nvImageCodec through its C API (its CPU backend here) decodes into memory the stage
-    allocates in stream order, on a decode stream of its own (the stage's stream waits for
-    each decode: the stand-in fails a kernel or free not ordered after it) or, with
-    IMGOPS_DECODE_STREAM=stage, on the stage's; the engine frees every such buffer and writes
-    the CPU bytes."""
+    allocates in stream order, on a decode stream of its own with IMGOPS_DECODE_STREAM=own
+    (the stage's stream waits for each decode: the stand-in fails a kernel or free not
+    ordered after it) or, with
+    IMGOPS_DECODE_STREAM=stage (the default), on the stage's; the engine frees every such
+    buffer and writes the CPU bytes."""
     from imgops.io.nvimgcodec_c import CDecoder
 
     monkeypatch.setenv("IMGOPS_DECODE_STREAM", stream)
@@ -1083,3 +1085,24 @@ def test_jpeg_output_uses_the_python_module_encoder_when_asked(
     results = _run(engine, JPEGS, tmp_path / "dev", fmt="jpg")
     assert all(r.status == "written" for r in results.values())
     assert engine._jpeg is encoder and encoder.seen
+
+
+@pytest.mark.parametrize(("value", "own"), [(None, False), ("stage", False), ("own", True)])
+def test_the_decodes_get_a_stream_of_their_own_only_when_asked(
+    monkeypatch, fake_driver, value, own
+):
+    """IMGOPS_DECODE_STREAM=own gives nvImageCodec a stream of its own (and turns the pool's
+    cross-stream waits off); by default (not yet measured on a GPU) it decodes on the stage's."""
+    from imgops.engine.driver_stage import DriverStage
+
+    if value is None:
+        monkeypatch.delenv("IMGOPS_DECODE_STREAM", raising=False)
+    else:
+        monkeypatch.setenv("IMGOPS_DECODE_STREAM", value)
+    stage = DriverStage(0).get()
+    try:
+        assert (stage.decode_stream is not stage.stream) == own
+        assert stage.device.internal_dependencies == (not own)
+    finally:
+        stage.close()
+    assert stage.stream.closed and stage.decode_stream.closed

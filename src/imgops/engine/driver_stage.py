@@ -216,16 +216,18 @@ class DriverStage:
         return DeviceImage(ptr, width, height, channels, pitch, owned=True)
 
 
-#: Where nvImageCodec decodes: "own" (a stream of the stage's own: the decode does not wait
-#: for the previous batch's kernels and copies queued on the stage's stream, and the stage's
-#: stream waits for each decode through an event) or "stage" (the stage's stream, as before
-#: 2026-12-07). IMGOPS_DECODE_STREAM overrides it (comparisons).
-DECODE_STREAM_DEFAULT = "own"
+#: Where nvImageCodec decodes: "stage" (the stage's stream: each decode call is queued behind
+#: the previous batch's kernels, deflates and copies) or "own" (a stream of its own, which the
+#: stage's stream waits for through an event, so a decode never waits for the device's other
+#: work; the pool's cross-stream waits are turned off with it). IMGOPS_DECODE_STREAM=own turns
+#: it on. Off by default until it has run on a GPU (written 2026-12-07, when no device machine
+#: could be started; scripts/gpu-check.d/decode_stream.sh is the A/B to run).
+DECODE_STREAM_DEFAULT = "stage"
 
 
 def own_decode_stream() -> bool:
     """Whether nvImageCodec decodes on a stream of its own (see DECODE_STREAM_DEFAULT)."""
-    return os.environ.get("IMGOPS_DECODE_STREAM", DECODE_STREAM_DEFAULT).strip() != "stage"
+    return os.environ.get("IMGOPS_DECODE_STREAM", DECODE_STREAM_DEFAULT).strip() == "own"
 
 
 #: How the stage starts: "serial" (the context, the stream and the kernels, then nvImageCodec's

@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# IMGOPS_DECODE_STREAM=own (nvImageCodec decodes on a stream of its own; the stage's stream
+# waits for each decode through an event) against the default "stage": two warm `imgops serve`
+# processes on GPU 0, one per setting (it is read when the stage starts), 800-photo and
+# 3200-photo commands relayed to each in turn, each caller and the "own" server under
+# scripts/timeline.py (--engine: every decode call, nvimgcodecDecoderDecode itself, the device
+# batches, the relayed command's plan and engine); the last "own" outputs checked against the
+# exact luma of OpenCV's decode. After the build step (or with the torch-free CLI's compiled
+# files in src/imgops). Results: $OUT/decode-stream-walls.txt (label|rc|ms|files|stats) and
+# $OUT/decode-stream-timeline.txt (each process's marks after a line giving its start in
+# CLOCK_BOOTTIME, so that the callers' and the server's marks line up).
+# SERVE_DEVICE=cpu: no GPU (a dry run of this script).
+set -uo pipefail
+OUT=${OUT:-$PWD/gpu-check-out}
+mkdir -p "$OUT"
+PY=${PYTHON:-python3}
+ROUNDS=${DECODE_STREAM_ROUNDS:-3}
+DEV=${SERVE_DEVICE:-cuda}
+WALLS=$OUT/decode-stream-walls.txt TL=$OUT/decode-stream-timeline.txt
+export PYTHONUNBUFFERED=1
+. scripts/gpu-check.d/photo-batches.bash
+photo_batches decode-stream
+SOCKETS=/tmp/imgops-decode-stream
+mkdir -p "$SOCKETS" && chmod 700 "$SOCKETS"
+: >"$WALLS"
+IMGOPS_DECODE_STREAM=own $PY scripts/timeline.py --engine "$TL" serve --device "$DEV" \
+  --idle-timeout 0 --socket "$SOCKETS/own.sock" -v 2>"$OUT/decode-stream-own.log" &
+OWN=$!
+IMGOPS_DECODE_STREAM=stage $PY -m imgops.entry serve --device "$DEV" --idle-timeout 0 \
+  --socket "$SOCKETS/stage.sock" -v 2>"$OUT/decode-stream-stage.log" &
+STAGE=$!
+for _ in $(seq 600); do
+  grep -q "ready at" "$OUT/decode-stream-own.log" && grep -q "ready at" "$OUT/decode-stream-stage.log" && break
+  sleep 0.1
+done
+gray() {  # label, server (own|stage), input folder, gray's options...
+  local label=$1 server=$2 dir=$3; shift 3
+  rm -rf /tmp/imgops-decode-stream-out; mkdir -p /tmp/imgops-decode-stream-out
+  local s; s=$(date +%s%N)
+  IMGOPS_SERVER=$SOCKETS/$server.sock $PY scripts/timeline.py --caller "$TL" gray "$dir" \
+    -d /tmp/imgops-decode-stream-out -q --no-fsync --device "$DEV" \
+    --stats-json /tmp/imgops-decode-stream.json "$@" 2>/tmp/imgops-decode-stream.err
+  local rc=$? ms=$(( ($(date +%s%N) - s) / 1000000 ))
+  echo "$label|rc=$rc|$ms ms|$(ls /tmp/imgops-decode-stream-out | wc -l) files|$($PY -c "
+import json
+d = json.load(open('/tmp/imgops-decode-stream.json'))
+e = d['engine_seconds']
+print(d.get('decoders'), 'engine', round(d['wall_seconds'], 3),
+      'calls', len(d.get('gpu_decode_batches') or []),
+      {k: round(v, 3) for k, v in sorted(e.items()) if v > 0.005})
+" 2>&1 | tail -n 1)|$(tail -c 200 /tmp/imgops-decode-stream.err)" | tee -a "$WALLS"
+}
+gray "warm-up own 800" own "$BATCH"
+gray "warm-up stage 800" stage "$BATCH"
+for round in $(seq "$ROUNDS"); do
+  gray "800 own" own "$BATCH"
+  gray "800 stage" stage "$BATCH"
+done
+$PY scripts/gpu-check.d/serve_verify.py "$BATCH" /tmp/imgops-decode-stream-out 2>&1 | tail -n 3 \
+  | sed 's/^/verify stage: /' | tee -a "$WALLS"
+gray "800 own" own "$BATCH"
+$PY scripts/gpu-check.d/serve_verify.py "$BATCH" /tmp/imgops-decode-stream-out 2>&1 | tail -n 3 \
+  | sed 's/^/verify own: /' | tee -a "$WALLS"
+gray "3200 own" own "$BIG"
+gray "3200 stage" stage "$BIG"
+$PY -m imgops.entry serve --stop --socket "$SOCKETS/own.sock"
+$PY -m imgops.entry serve --stop --socket "$SOCKETS/stage.sock"
+wait "$OWN" "$STAGE"
+tail -n 16 "$WALLS"
