@@ -750,11 +750,10 @@ def test_the_c_api_decoder_decodes_into_the_stages_memory(
     tmp_path: Path, fake_driver, monkeypatch, stream
 ):
     """nvImageCodec through its C API (its CPU backend here) decodes into memory the stage
-    allocates in stream order, on a decode stream of its own with IMGOPS_DECODE_STREAM=own
-    (the stage's stream waits for each decode: the stand-in fails a kernel or free not
-    ordered after it) or, with
-    IMGOPS_DECODE_STREAM=stage (the default), on the stage's; the engine frees every such
-    buffer and writes the CPU bytes."""
+    allocates in stream order, on a decode stream of its own (the default: the stage's stream
+    waits for each decode, and the stand-in fails a kernel or free not ordered after it) or,
+    with IMGOPS_DECODE_STREAM=stage, on the stage's; the engine frees every such buffer and
+    writes the CPU bytes."""
     from imgops.io.nvimgcodec_c import CDecoder
 
     monkeypatch.setenv("IMGOPS_DECODE_STREAM", stream)
@@ -1087,12 +1086,13 @@ def test_jpeg_output_uses_the_python_module_encoder_when_asked(
     assert engine._jpeg is encoder and encoder.seen
 
 
-@pytest.mark.parametrize(("value", "own"), [(None, False), ("stage", False), ("own", True)])
-def test_the_decodes_get_a_stream_of_their_own_only_when_asked(
+@pytest.mark.parametrize(("value", "own"), [(None, True), ("stage", False), ("own", True)])
+def test_the_decodes_get_a_stream_of_their_own_unless_told_otherwise(
     monkeypatch, fake_driver, value, own
 ):
-    """IMGOPS_DECODE_STREAM=own gives nvImageCodec a stream of its own (and turns the pool's
-    cross-stream waits off); by default (not yet measured on a GPU) it decodes on the stage's."""
+    """By default (and with IMGOPS_DECODE_STREAM=own) nvImageCodec decodes on a stream of its
+    own and the pool's cross-stream waits are off; IMGOPS_DECODE_STREAM=stage decodes on the
+    stage's stream, with the pool as CUDA sets it."""
     from imgops.engine.driver_stage import DriverStage
 
     if value is None:

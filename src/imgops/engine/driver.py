@@ -10,11 +10,11 @@ C API, imgops.io.nvimgcodec_c: the GIL stays free), all in a background thread w
 files take the CPU path.
 
 Per batch: nvImageCodec decodes the accepted JPEGs (the decode thread: one call, on the
-stage's decode stream, into the stage's memory; that is the stage's stream unless
-IMGOPS_DECODE_STREAM=own gives the decodes a stream of their own, which the stage's stream waits
-for through an event) -> on the device thread `op.driver` per image (gray: one kernel into
-stream-ordered device memory) -> the PNG row filter kernel -> the
-deflate kernels (png_deflate_kernels.cuh: the CPU encoder's exact zlib stream) -> the stream
+stage's decode stream, into the stage's memory: a stream of its own, which the stage's stream
+waits for through an event, so a decode never queues behind the previous batch's device work;
+IMGOPS_DECODE_STREAM=stage decodes on the stage's stream) -> on the device thread `op.driver`
+per image (gray: one kernel into stream-ordered device memory) -> the PNG row filter kernel ->
+the deflate kernels (png_deflate_kernels.cuh: the CPU encoder's exact zlib stream) -> the stream
 copied into a reused pinned buffer laid out as the PNG file -> an event; the encode threads
 wait for it, add the chunk framing and CRCs in place (png_finish_zlib) and write. The
 deflates of a batch spread over side streams (IMGOPS_DEFLATE_STREAMS, default 4), each waiting

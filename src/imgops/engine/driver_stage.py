@@ -216,13 +216,14 @@ class DriverStage:
         return DeviceImage(ptr, width, height, channels, pitch, owned=True)
 
 
-#: Where nvImageCodec decodes: "stage" (the stage's stream: each decode call is queued behind
-#: the previous batch's kernels, deflates and copies) or "own" (a stream of its own, which the
-#: stage's stream waits for through an event, so a decode never waits for the device's other
-#: work; the pool's cross-stream waits are turned off with it). IMGOPS_DECODE_STREAM=own turns
-#: it on. Off by default until it has run on a GPU (written 2026-12-07, when no device machine
-#: could be started; scripts/gpu-check.d/decode_stream.sh is the A/B to run).
-DECODE_STREAM_DEFAULT = "stage"
+#: Where nvImageCodec decodes: "own" (a stream of its own, which the stage's stream waits for
+#: through an event, so a decode never waits for the device's other work; the pool's
+#: cross-stream waits are turned off with it) or "stage" (the stage's stream: each decode call
+#: is queued behind the previous batch's kernels, deflates and copies). IMGOPS_DECODE_STREAM
+#: overrides it (comparisons). "own" since 2026-12-07: on an H100 host, 800 photos relayed to a
+#: warm server, 825-895 ms against 925-1027 ms (8 commands each, one server alive), 3200 photos
+#: 2.89 against 3.11 s, and 33,600 outputs of 42 commands checked (docs/BENCHMARKS.md).
+DECODE_STREAM_DEFAULT = "own"
 
 
 def own_decode_stream() -> bool:
