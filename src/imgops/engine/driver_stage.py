@@ -218,11 +218,12 @@ class DriverStage:
 
 #: Where nvImageCodec decodes: "own" (a stream of its own, which the stage's stream waits for
 #: through an event, so a decode never waits for the device's other work; the pool's
-#: cross-stream waits are turned off with it) or "stage" (the stage's stream: each decode call
-#: is queued behind the previous batch's kernels, deflates and copies). IMGOPS_DECODE_STREAM
-#: overrides it (comparisons). "own" since 2026-12-07: on an H100 host, 800 photos relayed to a
-#: warm server, 825-895 ms against 925-1027 ms (8 commands each, one server alive), 3200 photos
-#: 2.89 against 3.11 s, and 33,600 outputs of 42 commands checked (docs/BENCHMARKS.md).
+#: cross-stream waits are turned off with it, so a decode only gets memory whose last use is
+#: over) or "stage" (the stage's stream, before 2026-12-07: each decode call is queued behind
+#: the previous batch's kernels, deflates and copies). IMGOPS_DECODE_STREAM=stage is kept for
+#: diagnosis only: on an H100 host it wrote wrong pixels (three whole images of one batch, the
+#: largest differences each time) in 2 of 36 commands of 800 photos checked, "own" in none of 26
+#: (docs/BENCHMARKS.md, 2026-12-07 fourth session); their speed did not differ measurably.
 DECODE_STREAM_DEFAULT = "own"
 
 
