@@ -6,7 +6,7 @@
 # servers under scripts/timeline.py (--engine: every decode call, nvimgcodecDecoderDecode
 # itself, the device batches, the relayed command's plan and engine); every 800-photo command's
 # outputs kept and checked against the exact luma of OpenCV's decode at the end
-# (serve_verify.py; "stage" wrote wrong pixels in 2 of 36 such commands on H100 hosts,
+# (serve_verify.py; "stage" wrote wrong pixels in 2 of 32 such commands on H100 hosts,
 # 2026-12-07). After the build step (or with the torch-free CLI's compiled files in src/imgops).
 # Results: $OUT/decode-stream-walls.txt (label|rc|ms|files|stats, then the checks),
 # $OUT/decode-stream-timeline.txt and -timeline-stage.txt (each process's marks after a line

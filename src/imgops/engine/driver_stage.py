@@ -222,7 +222,7 @@ class DriverStage:
 #: over) or "stage" (the stage's stream, before 2026-12-07: each decode call is queued behind
 #: the previous batch's kernels, deflates and copies). IMGOPS_DECODE_STREAM=stage is kept for
 #: diagnosis only: on H100 hosts it wrote wrong pixels (three whole images of one batch, with
-#: the same largest differences both times) in 2 of 36 commands of 800 photos checked, "own"
+#: the same largest differences both times) in 2 of 32 commands of 800 photos checked, "own"
 #: in none of 89 (docs/BENCHMARKS.md, 2026-12-07 fourth session); their speed did not differ
 #: measurably.
 DECODE_STREAM_DEFAULT = "own"
