@@ -1086,13 +1086,16 @@ def test_jpeg_output_uses_the_python_module_encoder_when_asked(
     assert engine._jpeg is encoder and encoder.seen
 
 
-@pytest.mark.parametrize(("value", "own"), [(None, True), ("stage", False), ("own", True)])
+@pytest.mark.parametrize(
+    ("value", "own"),
+    [(None, True), ("stage", False), (" Stage ", False), ("own", True), ("", True), ("x", True)],
+)
 def test_the_decodes_get_a_stream_of_their_own_unless_told_otherwise(
     monkeypatch, fake_driver, value, own
 ):
-    """By default (and with IMGOPS_DECODE_STREAM=own) nvImageCodec decodes on a stream of its
-    own and the pool's cross-stream waits are off; IMGOPS_DECODE_STREAM=stage decodes on the
-    stage's stream, with the pool as CUDA sets it."""
+    """By default (and with IMGOPS_DECODE_STREAM=own, empty or unknown) nvImageCodec decodes on
+    a stream of its own and the pool's cross-stream waits are off; only
+    IMGOPS_DECODE_STREAM=stage decodes on the stage's stream, with the pool as CUDA sets it."""
     from imgops.engine.driver_stage import DriverStage
 
     if value is None:

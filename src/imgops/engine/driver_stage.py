@@ -229,8 +229,10 @@ DECODE_STREAM_DEFAULT = "own"
 
 
 def own_decode_stream() -> bool:
-    """Whether nvImageCodec decodes on a stream of its own (see DECODE_STREAM_DEFAULT)."""
-    return os.environ.get("IMGOPS_DECODE_STREAM", DECODE_STREAM_DEFAULT).strip() == "own"
+    """Whether nvImageCodec decodes on a stream of its own (see DECODE_STREAM_DEFAULT): yes
+    unless IMGOPS_DECODE_STREAM is "stage" (an empty or unknown value keeps the default)."""
+    value = os.environ.get("IMGOPS_DECODE_STREAM", DECODE_STREAM_DEFAULT).strip().lower()
+    return value != "stage"
 
 
 #: How the stage starts: "serial" (the context, the stream and the kernels, then nvImageCodec's
