@@ -63,9 +63,12 @@ def main(source: Path, outs: list[Path]) -> int:
     jobs = [(source / (Path(name).stem + ".jpg"), outs, name) for name in names]
     with Pool() as pool:
         findings = [f for found in pool.map(check_source, jobs, chunksize=4) for f in found]
+    by_out: dict[str, list[Finding]] = {str(out): [] for out in outs}
+    for finding in findings:
+        by_out[finding[0]].append(finding)
     failed = not findings
     for out in outs:
-        mine = [f for f in findings if f[0] == str(out)]
+        mine = by_out[str(out)]
         bad = [f for f in mine if not isinstance(f[2], int) or f[2] > 1]
         histogram = Counter(f[2] for f in mine if isinstance(f[2], int))
         label = f"{out}: " if len(outs) > 1 else ""
