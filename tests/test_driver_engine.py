@@ -424,6 +424,48 @@ def test_the_device_deflate_is_used_and_changes_no_byte(
     assert FakeDevice.instances[-1].blocks == {}  # every device buffer freed
 
 
+@pytest.mark.parametrize("how", ["default", "off", "older module"])
+def test_a_device_deflated_file_is_framed_and_written_in_one_native_call(
+    tmp_path: Path, fake_driver, monkeypatch, how
+):
+    """Each file the device deflated is framed and written by one png_finish_zlib_to_file
+    call; with IMGOPS_FINISH_TO_FILE=0, or a compiled module without that call, by
+    png_finish_zlib then the write. The bytes, sizes and stats are the same either way."""
+    from imgops.native import cli_kernels
+
+    kernels = cli_kernels()
+    calls = {"png_finish_zlib_to_file": 0, "png_finish_zlib": 0}
+    for name in calls:
+        original = getattr(kernels, name)
+
+        def counted(*args, _name=name, _original=original):
+            calls[_name] += 1
+            return _original(*args)
+
+        monkeypatch.setattr(kernels, name, counted)
+    if how == "off":
+        monkeypatch.setenv("IMGOPS_FINISH_TO_FILE", "0")
+    else:
+        monkeypatch.delenv("IMGOPS_FINISH_TO_FILE", raising=False)
+    if how == "older module":
+        monkeypatch.delattr(kernels, "png_finish_zlib_to_file")
+    monkeypatch.delenv("IMGOPS_GPU_DEFLATE", raising=False)
+    engine = _engine(PipelineSettings(device="cuda", jobs=2, batch_size=2), FakeDecoder())
+    _wait_for_stage(engine)
+    results = _run(engine, JPEGS * 2, tmp_path / "dev")
+    expected = _cpu_bytes(JPEGS * 2, tmp_path / "cpu")
+    for name, data in expected.items():
+        assert (tmp_path / "dev" / name).read_bytes() == data, name
+        assert results[name].bytes_written == len(data)
+        assert results[name].seconds["encode"] >= 0 and results[name].seconds["write"] >= 0
+    fused = how == "default"
+    assert calls == {
+        "png_finish_zlib_to_file": len(expected) if fused else 0,
+        "png_finish_zlib": 0 if fused else len(expected),
+    }
+    assert not [p for p in (tmp_path / "dev").iterdir() if not p.name.endswith(".png")]
+
+
 def test_without_host_while_starting_every_jpeg_waits_for_the_gpu(tmp_path: Path, monkeypatch):
     """host_while_starting=False: files wait for the stage instead of taking the CPU path."""
     import threading

@@ -540,6 +540,81 @@ def test_finish_zlib_rejects_bad_arguments() -> None:
         assert KERNELS.png_file_room(zlib_bytes) == head + zlib_bytes + 12 * chunks + 12
 
 
+def device_buffer(stream: bytes, out_bytes: int) -> tuple[bytearray, int]:
+    """A buffer as the GPU path leaves it: 0xA5 filler, the stream at PNG_HEAD_BYTES, its
+    length in 8 little-endian bytes at room = png_file_room(out_bytes); and room."""
+    room = KERNELS.png_file_room(out_bytes)
+    buffer = bytearray(b"\xa5") * (room + 8)
+    head = KERNELS.PNG_HEAD_BYTES
+    buffer[head : head + len(stream)] = stream
+    buffer[room : room + 8] = len(stream).to_bytes(8, "little")
+    return buffer, room
+
+
+@pytest.mark.parametrize("index", range(4))
+@pytest.mark.parametrize("slack", [0, 1, 5000])
+def test_finish_zlib_to_file_writes_the_cpu_file(tmp_path: Path, index: int, slack: int) -> None:
+    """png_finish_zlib_to_file reads the stream's length from the buffer, frames it and writes
+    exactly the CPU encoder's file to the target (the temporary file gone), whatever room the
+    device path left past the stream; it returns the file's size and two durations."""
+    _, rows, shape = finish_cases()[index]
+    data = encode_both(rows, *shape)
+    stream = zlib_stream(data, *shape)
+    buffer, room = device_buffer(stream, len(stream) + slack)
+    temp, target = tmp_path / "out.png.tmp", tmp_path / "out.png"
+    size, framing, writing = KERNELS.png_finish_zlib_to_file(
+        buffer, room, len(stream) + slack, *shape, str(temp), str(target), False, False
+    )
+    assert size == len(data) and target.read_bytes() == data
+    assert framing >= 0 and writing >= 0
+    assert not temp.exists()
+
+
+def test_finish_zlib_to_file_refuses_bad_lengths_and_existing_targets(tmp_path: Path) -> None:
+    """A length under 6 or over out_bytes: RuntimeError naming it, nothing written; an existing
+    target without overwrite: FileExistsError, the target unchanged (with overwrite: replaced);
+    too little room or a bad shape: ValueError; a read-only buffer: TypeError."""
+    _, rows, shape = finish_cases()[0]
+    data = encode_both(rows, *shape)
+    stream = zlib_stream(data, *shape)
+    temp, target = tmp_path / "out.png.tmp", tmp_path / "out.png"
+    out_bytes = len(stream) + 10
+    for length in (0, 5, out_bytes + 1, 1 << 62):
+        buffer, room = device_buffer(stream, out_bytes)
+        buffer[room : room + 8] = length.to_bytes(8, "little")
+        with pytest.raises(RuntimeError, match=f"a stream of {length} bytes"):
+            KERNELS.png_finish_zlib_to_file(
+                buffer, room, out_bytes, *shape, str(temp), str(target), False, False
+            )
+        assert not target.exists() and not temp.exists()
+    target.write_bytes(b"kept")
+    buffer, room = device_buffer(stream, out_bytes)
+    with pytest.raises(FileExistsError):
+        KERNELS.png_finish_zlib_to_file(
+            buffer, room, out_bytes, *shape, str(temp), str(target), False, False
+        )
+    assert target.read_bytes() == b"kept" and not temp.exists()
+    buffer, room = device_buffer(stream, out_bytes)
+    KERNELS.png_finish_zlib_to_file(
+        buffer, room, out_bytes, *shape, str(temp), str(target), True, False
+    )
+    assert target.read_bytes() == data
+    buffer, room = device_buffer(stream, out_bytes)
+    for bad_room, bad_out in [(room - 1, out_bytes), (room, 5), (len(buffer) - 7, out_bytes)]:
+        with pytest.raises(ValueError):
+            KERNELS.png_finish_zlib_to_file(
+                buffer, bad_room, bad_out, *shape, str(temp), str(target), True, False
+            )
+    with pytest.raises(ValueError):
+        KERNELS.png_finish_zlib_to_file(
+            buffer, room, out_bytes, 4, 4, 5, 1, str(temp), str(target), True, False
+        )
+    with pytest.raises(TypeError):
+        KERNELS.png_finish_zlib_to_file(
+            bytes(buffer), room, out_bytes, *shape, str(temp), str(target), True, False
+        )
+
+
 def available_memory() -> int:
     """Bytes of physical memory free now (0 where unknown)."""
     try:

@@ -7,6 +7,7 @@
 //   png_deflate.h (png_encode.h);
 // - png_deflate_layout and png_finish_zlib serve the GPU's deflate (png_deflate_parallel.h):
 //   the device memory it needs, and the PNG file around the zlib stream it makes;
+//   png_finish_zlib_to_file frames that stream and writes the file in one call;
 //   png_encode_filtered_emulated runs that deflate here, for the tests.
 // One image (or strip) per call on the calling thread, with the GIL released: the command
 // line's worker threads run several at once.
@@ -475,6 +476,73 @@ PyObject* png_finish_zlib(PyObject* /*self*/, PyObject* args) {
   return PyLong_FromSize_t(size);
 }
 
+// The stream's length as the device path leaves it: 8 bytes, little-endian, at `at`.
+uint64_t load_le64(const uint8_t* at) {
+  uint64_t value = 0;
+  for (int i = 7; i >= 0; --i) value = (value << 8) | at[i];
+  return value;
+}
+
+PyObject* png_finish_zlib_to_file(PyObject* /*self*/, PyObject* args) {
+  Py_buffer buffer;
+  imgops::png::ImageShape shape{};
+  Py_ssize_t room = 0;
+  Py_ssize_t out_bytes = 0;
+  Py_ssize_t width = 0;
+  Py_ssize_t height = 0;
+  PathArg temp;
+  PathArg target;
+  int overwrite = 0;
+  int durable = 1;
+  if (!PyArg_ParseTuple(args, "w*nnnniiO&O&pp:png_finish_zlib_to_file", &buffer, &room,
+                        &out_bytes, &width, &height, &shape.channels, &shape.itemsize,
+                        convert_path, &temp, convert_path, &target, &overwrite, &durable)) {
+    return nullptr;
+  }
+  shape.width = width;
+  shape.height = height;
+  const char* problem = check_png_shape(shape);
+  if (problem == nullptr &&
+      (room < 0 || out_bytes < 6 || static_cast<size_t>(buffer.len) < static_cast<size_t>(room) + 8 ||
+       static_cast<size_t>(room) < imgops::png::png_file_bytes(static_cast<size_t>(out_bytes)))) {
+    problem = "the buffer cannot hold the PNG file of a zlib stream of out_bytes and its length";
+  }
+  if (problem != nullptr) {
+    PyBuffer_Release(&buffer);
+    PyErr_SetString(PyExc_ValueError, problem);
+    return nullptr;
+  }
+  auto* out = static_cast<uint8_t*>(buffer.buf);
+  const std::string temp_path = temp.c_str();
+  const std::string target_path = target.c_str();
+  imgops::files::WriteError error;
+  uint64_t zlib = 0;
+  size_t size = 0;
+  double finish_seconds = 0.0;
+  double write_seconds = 0.0;
+  Py_BEGIN_ALLOW_THREADS;
+  using Clock = std::chrono::steady_clock;
+  const auto start = Clock::now();
+  zlib = load_le64(out + room);
+  if (zlib >= 6 && zlib <= static_cast<uint64_t>(out_bytes)) {
+    size = imgops::png::finish_png_file(shape, static_cast<size_t>(zlib), out);
+    const auto framed = Clock::now();
+    error = imgops::files::write_file_atomic(out, size, temp_path, target_path, overwrite != 0,
+                                             durable != 0);
+    finish_seconds = std::chrono::duration<double>(framed - start).count();
+    write_seconds = std::chrono::duration<double>(Clock::now() - framed).count();
+  }
+  Py_END_ALLOW_THREADS;
+  PyBuffer_Release(&buffer);
+  if (size == 0) {
+    PyErr_Format(PyExc_RuntimeError, "the device deflate gave a stream of %llu bytes",
+                 static_cast<unsigned long long>(zlib));
+    return nullptr;
+  }
+  if (error.code != 0) return raise_write_error(error, temp, target);
+  return Py_BuildValue("(ndd)", static_cast<Py_ssize_t>(size), finish_seconds, write_seconds);
+}
+
 PyObject* checksums(PyObject* /*self*/, PyObject* args) {
   Py_buffer data;
   if (!PyArg_ParseTuple(args, "y*:checksums", &data)) return nullptr;
@@ -510,6 +578,13 @@ PyMethodDef methods[] = {
      "png_encode_filtered_emulated(rows, width, height, channels, itemsize) -> bytes: as\n"
      "png_encode_filtered, deflated by the GPU's code (png_deflate_parallel.h) run here one\n"
      "piece after another. RuntimeError if two pieces would write one word unsafely."},
+    {"png_finish_zlib_to_file", png_finish_zlib_to_file, METH_VARARGS,
+     "png_finish_zlib_to_file(buffer, room, out_bytes, width, height, channels, itemsize, temp,\n"
+     "target, overwrite, durable) -> (bytes, finish seconds, write seconds): the device path's\n"
+     "buffer (a zlib stream of at most out_bytes at PNG_HEAD_BYTES, its length as 8 little-endian\n"
+     "bytes at room = png_file_room(out_bytes)) framed in place as png_finish_zlib does, then\n"
+     "written as write_file_atomic does, in one call with the GIL released. RuntimeError if the\n"
+     "length is under 6 or over out_bytes."},
     {"png_deflate_layout", png_deflate_layout, METH_VARARGS,
      "png_deflate_layout(row, height) -> (total, out, out_bytes, size, blocks): the device\n"
      "memory the GPU deflate of height filtered rows of `row` bytes needs (zeroed), where its\n"

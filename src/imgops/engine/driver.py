@@ -16,7 +16,8 @@ IMGOPS_DECODE_STREAM=stage decodes on the stage's stream) -> on the device threa
 per image (gray: one kernel into stream-ordered device memory) -> the PNG row filter kernel ->
 the deflate kernels (png_deflate_kernels.cuh: the CPU encoder's exact zlib stream) -> the stream
 copied into a reused pinned buffer laid out as the PNG file -> an event; the encode threads
-wait for it, add the chunk framing and CRCs in place (png_finish_zlib) and write. The
+wait for it, add the chunk framing and CRCs in place and write the file, in one native call
+(png_finish_zlib_to_file; IMGOPS_FINISH_TO_FILE=0: png_finish_zlib, then the write). The
 deflates of a batch spread over side streams (IMGOPS_DEFLATE_STREAMS, default 4), each waiting
 for its image's filtered rows; the stage's stream waits for all of them before the batch's event.
 (With IMGOPS_GPU_DEFLATE=0, or at PNG levels the device deflate does not serve, the filtered rows
@@ -397,6 +398,27 @@ class DriverEngine(DeviceEngine):
         n = self.deflate.png_finish_zlib(host, size, shape[1], shape[0], channels, 1)
         return memoryview(host[:n])
 
+    def _encode_and_write(self, item: _Item, host: Any, jpeg: bytes | None) -> None:
+        """As DeviceEngine._encode_and_write; a zlib stream deflated on the device is framed
+        and written in one native call (one GIL hand-off per file instead of three), unless
+        IMGOPS_FINISH_TO_FILE=0 (comparisons) or the output goes to stdout."""
+        zlib = item.extra.get("zlib")
+        target = item.result.job.target
+        if zlib is None or jpeg is not None or target is None or not finish_to_file_wanted():
+            super()._encode_and_write(item, host, jpeg)
+            return
+        room, out_bytes = zlib
+        done = self.writer.finish_zlib_and_write(
+            target, host, room, out_bytes, item.extra["out_shape"]
+        )
+        if done is None:  # a compiled module without the fused call
+            super()._encode_and_write(item, host, jpeg)
+            return
+        result = item.result
+        result.bytes_written, result.seconds["encode"], result.seconds["write"] = done
+        self.phases.add("encode.encode", done[1])
+        self.phases.add("encode.write", done[2])
+
     def run(self, jobs: Any, on_result: Any) -> None:
         """As DeviceEngine.run; the pinned buffers are freed at the end."""
         try:
@@ -410,6 +432,13 @@ class DriverEngine(DeviceEngine):
             if self.pool is not None and self.pool is not self.stage.pinned_pool:
                 self.pool.close()
             self.stage.close()
+
+
+def finish_to_file_wanted() -> bool:
+    """Whether the encode threads frame and write a device-deflated PNG in one native call:
+    yes unless IMGOPS_FINISH_TO_FILE=0 (then png_finish_zlib, then the write: for comparisons;
+    the bytes are the same either way)."""
+    return os.environ.get("IMGOPS_FINISH_TO_FILE", "1").strip() != "0"
 
 
 def jpeg_encoder_api() -> str:

@@ -163,6 +163,35 @@ class Writer:
             ),
         )
 
+    def finish_zlib_and_write(
+        self,
+        target: Path,
+        buffer: np.ndarray,
+        room: int,
+        out_bytes: int,
+        shape: tuple[int, ...],
+    ) -> tuple[int, float, float] | None:
+        """Frames the GPU's zlib stream in `buffer` into its PNG file and writes it, in one
+        native call (imgops.io.png.write_zlib_png_atomic); returns (bytes, framing seconds,
+        write seconds), or None where the compiled module lacks that call."""
+        from ..io.png import write_zlib_png_atomic
+
+        settings = self._settings
+        return self._named(
+            target,
+            lambda: write_zlib_png_atomic(
+                target,
+                buffer,
+                room=room,
+                out_bytes=out_bytes,
+                width=shape[1],
+                height=shape[0],
+                channels=1 if len(shape) == 2 else shape[2],
+                overwrite=settings.overwrite,
+                durable=settings.durable,
+            ),
+        )
+
     @staticmethod
     def _named(target: Path, write: Callable[[], _T]) -> _T:
         """write(); an OSError of it names the target (never the temporary file)."""

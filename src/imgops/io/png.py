@@ -389,6 +389,55 @@ def write_png_atomic(
         )
 
 
+def write_zlib_png_atomic(
+    target: str | os.PathLike[str],
+    buffer: np.ndarray,
+    *,
+    room: int,
+    out_bytes: int,
+    width: int,
+    height: int,
+    channels: int,
+    overwrite: bool,
+    durable: bool = True,
+) -> tuple[int, float, float] | None:
+    """Frames a zlib stream the GPU deflated (8-bit rows) into its PNG file in place and
+    writes it to `target` atomically, in one native call with the GIL released
+    (png_finish_zlib_to_file: the encode threads of the CUDA engine hand the GIL over once per
+    file for both). `buffer`: the pinned buffer laid out as the file, the stream at
+    PNG_HEAD_BYTES, its length in 8 little-endian bytes at `room` (png_file_room(out_bytes)).
+    Returns (bytes, framing seconds, write seconds), or None where the compiled module lacks
+    that call (then png_finish_zlib and write_bytes_atomic).
+
+    Raises:
+        OutputExistsError: `target` exists and `overwrite` is false.
+        OSError: the write failed (the temporary file is removed).
+        RuntimeError: the stream's length is not one the device deflate can give.
+    """
+    from .atomic import native_write, tracked_temporary
+
+    kernels = cli_kernels()
+    if kernels is None or not hasattr(kernels, "png_finish_zlib_to_file"):
+        return None
+    path = os.fspath(target)
+    with tracked_temporary(path, overwrite=overwrite, check=False) as temp:
+        return native_write(
+            kernels.png_finish_zlib_to_file,
+            path,
+            buffer,
+            room,
+            out_bytes,
+            width,
+            height,
+            channels,
+            1,
+            str(temp),
+            path,
+            overwrite,
+            durable,
+        )
+
+
 def encode_png_filtered(
     rows: np.ndarray, *, width: int, height: int, channels: int, bit_depth: int, level: int
 ) -> bytes:

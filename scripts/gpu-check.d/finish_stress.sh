@@ -1,0 +1,121 @@
+#!/usr/bin/env bash
+# Two questions in one run of warm `imgops serve` processes on GPU 0, 800-photo commands relayed
+# to each in turn:
+#  1. Speed: framing and writing a device-deflated PNG in one native call (the default,
+#     png_finish_zlib_to_file) against png_finish_zlib then the write (IMGOPS_FINISH_TO_FILE=0),
+#     alternated on ONE server (the variable travels with each relayed command), 800 and 3200.
+#  2. Correctness, and the cause of the wrong pixels of decodes on the stage's stream
+#     (docs/BENCHMARKS.md, 2026-12-07 fourth session): besides that server (own decode stream),
+#     a server with IMGOPS_DECODE_STREAM=stage and one with "stage" and the default pool's
+#     cross-stream reuse off (scripts/serve_pool_noreuse.py). Every 800-photo command's outputs
+#     are compared byte for byte with the first one's (same_outputs.py), which is checked against
+#     the exact luma of OpenCV's decode (serve_verify.py); a command that differs is kept (up to
+#     KEEP_MAX) and checked the same way at the end.
+# Rounds go on for STRESS_SECONDS (default 300). After the build step, or with the torch-free
+# CLI's compiled files in src/imgops. Results: $OUT/finish-stress-walls.txt
+# (label|rc|ms|files|stats|comparison), $OUT/finish-stress-verify.txt, the servers' logs.
+# SERVE_DEVICE=cpu: no GPU (a dry run of the script; the stage settings then change nothing).
+set -uo pipefail
+OUT=${OUT:-$PWD/gpu-check-out}
+mkdir -p "$OUT"
+PY=${PYTHON:-python3}
+DEV=${SERVE_DEVICE:-cuda}
+LIMIT=${STRESS_SECONDS:-300}
+KEEP_MAX=${KEEP_MAX:-8}
+WALLS=$OUT/finish-stress-walls.txt
+export PYTHONUNBUFFERED=1
+. scripts/gpu-check.d/photo-batches.bash
+photo_batches finish-stress
+SOCKETS=/tmp/imgops-finish-stress
+mkdir -p "$SOCKETS" && chmod 700 "$SOCKETS"
+: >"$WALLS"
+start_server() {  # name, decode stream, command (serve or the no-reuse script)...
+  local name=$1 stream=$2; shift 2
+  IMGOPS_DECODE_STREAM=$stream $PY "$@" serve --device "$DEV" --idle-timeout 0 \
+    --socket "$SOCKETS/$name.sock" -v 2>"$OUT/finish-stress-$name.log" &
+}
+start_server own own -m imgops.entry
+start_server stage stage -m imgops.entry
+start_server noreuse stage scripts/serve_pool_noreuse.py
+for _ in $(seq 900); do
+  ready=0
+  for name in own stage noreuse; do grep -q "ready at" "$OUT/finish-stress-$name.log" && ready=$((ready + 1)); done
+  [ "$ready" = 3 ] && break
+  sleep 0.1
+done
+WORK=/tmp/imgops-finish-stress-out KEEP=/tmp/imgops-finish-stress-kept REF=/tmp/imgops-finish-stress-ref
+rm -rf "$WORK" "$KEEP" "$REF" && mkdir -p "$KEEP"
+kept=0
+gray() {  # label, server, stream setting, fused (1|0), input folder
+  local label=$1 server=$2 stream=$3 fused=$4 dir=$5
+  rm -rf "$WORK"; mkdir -p "$WORK"
+  local s; s=$(date +%s%N)
+  IMGOPS_SERVER=$SOCKETS/$server.sock IMGOPS_DECODE_STREAM=$stream IMGOPS_FINISH_TO_FILE=$fused \
+    $PY -m imgops.entry gray "$dir" -d "$WORK" -q --no-fsync --device "$DEV" \
+    --stats-json /tmp/imgops-finish-stress.json 2>/tmp/imgops-finish-stress.err
+  local rc=$? ms=$(( ($(date +%s%N) - s) / 1000000 ))
+  local stats; stats=$($PY -c "
+import json
+d = json.load(open('/tmp/imgops-finish-stress.json'))
+e = d['engine_seconds']
+print(d.get('decoders'), 'engine', round(d['wall_seconds'], 3),
+      {k: round(v, 3) for k, v in sorted(e.items()) if v > 0.005})
+" 2>&1 | tail -n 1)
+  local compared="-"
+  if [ "$dir" = "$BATCH" ]; then
+    if [ ! -d "$REF" ]; then
+      mv "$WORK" "$REF"; compared="reference"
+    else
+      compared=$($PY scripts/gpu-check.d/same_outputs.py "$REF" "$WORK" | sed "s|$WORK: ||")
+      if [[ "$compared" != *identical* ]] && [ "$kept" -lt "$KEEP_MAX" ]; then
+        mv "$WORK" "$KEEP/${label// /-}"; kept=$((kept + 1))
+      fi
+    fi
+  fi
+  echo "$label|rc=$rc|$ms ms|$(ls "$REF" 2>/dev/null | wc -l) ref files|$stats|$compared|$(tail -c 160 /tmp/imgops-finish-stress.err)" | tee -a "$WALLS"
+}
+gray "warm-up own fused 800" own own 1 "$BATCH"   # the reference
+gray "warm-up stage 800" stage stage 1 "$BATCH"
+gray "warm-up noreuse 800" noreuse stage 1 "$BATCH"
+$PY scripts/gpu-check.d/serve_verify.py "$BATCH" "$REF" >"$OUT/finish-stress-verify.txt" 2>&1
+grep -E "checked|largest" "$OUT/finish-stress-verify.txt" | sed "s|^|reference: |" | head -n 8 | tee -a "$WALLS"
+began=$SECONDS round=0
+while [ $((SECONDS - began)) -lt "$LIMIT" ]; do
+  round=$((round + 1))
+  if [ $((round % 2)) = 1 ]; then
+    gray "800 fused $round" own own 1 "$BATCH"; gray "800 split $round" own own 0 "$BATCH"
+  else
+    gray "800 split $round" own own 0 "$BATCH"; gray "800 fused $round" own own 1 "$BATCH"
+  fi
+  gray "800 stage $round" stage stage 1 "$BATCH"
+  gray "800 noreuse $round" noreuse stage 1 "$BATCH"
+done
+for k in 1 2 3; do
+  gray "3200 fused $k" own own 1 "$BIG"; gray "3200 split $k" own own 0 "$BIG"
+done
+rm -rf "$WORK"
+for name in own stage noreuse; do $PY -m imgops.entry serve --stop --socket "$SOCKETS/$name.sock"; done
+wait
+if [ "$kept" -gt 0 ]; then
+  $PY scripts/gpu-check.d/serve_verify.py "$BATCH" "$KEEP"/* >>"$OUT/finish-stress-verify.txt" 2>&1
+  grep -E "checked|largest" "$OUT/finish-stress-verify.txt" | sed "s|$KEEP/||" | tail -n 40 | tee -a "$WALLS"
+fi
+$PY - "$WALLS" <<'PYEOF' | tee -a "$WALLS"
+# Per setting: commands, how many differed from the reference, the median wall of 800 and 3200.
+import re, statistics, sys
+rows = [line.rstrip("\n").split("|") for line in open(sys.argv[1]) if line.count("|") >= 5]
+groups = {}
+for row in rows:
+    label = row[0]
+    if label.startswith("warm-up"):
+        continue
+    size, setting = label.split()[:2]
+    ms = int(re.sub(r"\D", "", row[2]) or 0)
+    g = groups.setdefault((size, setting), {"ms": [], "differ": 0, "n": 0})
+    g["ms"].append(ms); g["n"] += 1
+    g["differ"] += "differ" in row[5]
+for (size, setting), g in sorted(groups.items()):
+    print(f"summary {size} {setting}: {g['n']} commands, {g['differ']} differ, "
+          f"median {statistics.median(g['ms'])} ms, min {min(g['ms'])} ms")
+PYEOF
+rm -rf "$KEEP" "$REF"
