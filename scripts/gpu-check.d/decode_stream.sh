@@ -42,20 +42,11 @@ KEEP=/tmp/imgops-decode-stream-runs
 rm -rf "$KEEP" && mkdir -p "$KEEP"
 gray() {  # label, server (own|stage), input folder, gray's options...
   local label=$1 server=$2 dir=$3; shift 3
-  rm -rf /tmp/imgops-decode-stream-out; mkdir -p /tmp/imgops-decode-stream-out
-  local s; s=$(date +%s%N)
-  IMGOPS_SERVER=$SOCKETS/$server.sock $PY scripts/timeline.py --caller "$TL" gray "$dir" \
-    -d /tmp/imgops-decode-stream-out -q --no-fsync --device "$DEV" \
-    --stats-json /tmp/imgops-decode-stream.json "$@" 2>/tmp/imgops-decode-stream.err
-  local rc=$? ms=$(( ($(date +%s%N) - s) / 1000000 ))
-  echo "$label|rc=$rc|$ms ms|$(ls /tmp/imgops-decode-stream-out | wc -l) files|$($PY -c "
-import json
-d = json.load(open('/tmp/imgops-decode-stream.json'))
-e = d['engine_seconds']
-print(d.get('decoders'), 'engine', round(d['wall_seconds'], 3),
-      'calls', len(d.get('gpu_decode_batches') or []),
-      {k: round(v, 3) for k, v in sorted(e.items()) if v > 0.005})
-" 2>&1 | tail -n 1)|$(tail -c 200 /tmp/imgops-decode-stream.err)" | tee -a "$WALLS"
+  IMGOPS_SERVER=$SOCKETS/$server.sock GRAY_CMD="$PY scripts/timeline.py --caller $TL" timed_gray \
+    /tmp/imgops-decode-stream-out /tmp/imgops-decode-stream.json /tmp/imgops-decode-stream.err \
+    "$dir" --device "$DEV" "$@"
+  echo "$label|rc=$GRAY_RC|$GRAY_MS ms|$(ls /tmp/imgops-decode-stream-out | wc -l) files|$(engine_stats \
+    /tmp/imgops-decode-stream.json)|$(tail -c 200 /tmp/imgops-decode-stream.err)" | tee -a "$WALLS"
   [ "$dir" = "$BATCH" ] && mv /tmp/imgops-decode-stream-out "$KEEP/${label// /-}"
 }
 gray "warm-up own 800" own "$BATCH"

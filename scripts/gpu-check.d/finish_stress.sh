@@ -48,19 +48,10 @@ rm -rf "$WORK" "$KEEP" "$REF" && mkdir -p "$KEEP"
 kept=0
 gray() {  # label, server, stream setting, fused (1|0), input folder
   local label=$1 server=$2 stream=$3 fused=$4 dir=$5
-  rm -rf "$WORK"; mkdir -p "$WORK"
-  local s; s=$(date +%s%N)
   IMGOPS_SERVER=$SOCKETS/$server.sock IMGOPS_DECODE_STREAM=$stream IMGOPS_FINISH_TO_FILE=$fused \
-    $PY -m imgops.entry gray "$dir" -d "$WORK" -q --no-fsync --device "$DEV" \
-    --stats-json /tmp/imgops-finish-stress.json 2>/tmp/imgops-finish-stress.err
-  local rc=$? ms=$(( ($(date +%s%N) - s) / 1000000 ))
-  local stats; stats=$($PY -c "
-import json
-d = json.load(open('/tmp/imgops-finish-stress.json'))
-e = d['engine_seconds']
-print(d.get('decoders'), 'engine', round(d['wall_seconds'], 3),
-      {k: round(v, 3) for k, v in sorted(e.items()) if v > 0.005})
-" 2>&1 | tail -n 1)
+    timed_gray "$WORK" /tmp/imgops-finish-stress.json /tmp/imgops-finish-stress.err "$dir" \
+    --device "$DEV"
+  local files stats; files=$(ls "$WORK" | wc -l) stats=$(engine_stats /tmp/imgops-finish-stress.json)
   local compared="-"
   if [ "$dir" = "$BATCH" ]; then
     if [ ! -d "$REF" ]; then
@@ -72,7 +63,7 @@ print(d.get('decoders'), 'engine', round(d['wall_seconds'], 3),
       fi
     fi
   fi
-  echo "$label|rc=$rc|$ms ms|$(ls "$REF" 2>/dev/null | wc -l) ref files|$stats|$compared|$(tail -c 160 /tmp/imgops-finish-stress.err)" | tee -a "$WALLS"
+  echo "$label|rc=$GRAY_RC|$GRAY_MS ms|$files files|$stats|$compared|$(tail -c 160 /tmp/imgops-finish-stress.err)" | tee -a "$WALLS"
 }
 gray "warm-up own fused 800" own own 1 "$BATCH"   # the reference
 gray "warm-up stage 800" stage stage 1 "$BATCH"
