@@ -359,8 +359,6 @@ def write_png_atomic(
         OutputExistsError: `target` exists and `overwrite` is false.
         OSError: the write failed (the temporary file is removed).
     """
-    from .atomic import native_write, tracked_temporary
-
     kernels = cli_kernels()
     if kernels is None or not hasattr(kernels, "png_encode_to_file"):
         return None
@@ -370,23 +368,13 @@ def write_png_atomic(
         return None
     pixels = np.ascontiguousarray(image)
     row_bytes = width * channels * pixels.itemsize
-    path = os.fspath(target)
-    with tracked_temporary(path, overwrite=overwrite, check=False) as temp:
-        return native_write(
-            kernels.png_encode_to_file,
-            path,
-            pixels,
-            width,
-            height,
-            channels,
-            pixels.itemsize,
-            row_bytes,
-            _FILTER_PAETH,
-            str(temp),
-            path,
-            overwrite,
-            durable,
-        )
+    return _write_natively(
+        kernels.png_encode_to_file,
+        target,
+        (pixels, width, height, channels, pixels.itemsize, row_bytes, _FILTER_PAETH),
+        overwrite=overwrite,
+        durable=durable,
+    )
 
 
 def write_zlib_png_atomic(
@@ -414,28 +402,34 @@ def write_zlib_png_atomic(
         OSError: the write failed (the temporary file is removed).
         RuntimeError: the stream's length is not one the device deflate can give.
     """
-    from .atomic import native_write, tracked_temporary
-
     kernels = cli_kernels()
     if kernels is None or not hasattr(kernels, "png_finish_zlib_to_file"):
         return None
+    return _write_natively(
+        kernels.png_finish_zlib_to_file,
+        target,
+        (buffer, room, out_bytes, width, height, channels, 1),
+        overwrite=overwrite,
+        durable=durable,
+    )
+
+
+def _write_natively(
+    call: Callable[..., Any],
+    target: str | os.PathLike[str],
+    args: tuple[Any, ...],
+    *,
+    overwrite: bool,
+    durable: bool,
+) -> Any:
+    """call(*args, temp, target, overwrite, durable): a native writer that writes a tracked
+    temporary file beside `target` and commits it (its refusal to replace `target` becomes
+    OutputExistsError)."""
+    from .atomic import native_write, tracked_temporary
+
     path = os.fspath(target)
     with tracked_temporary(path, overwrite=overwrite, check=False) as temp:
-        return native_write(
-            kernels.png_finish_zlib_to_file,
-            path,
-            buffer,
-            room,
-            out_bytes,
-            width,
-            height,
-            channels,
-            1,
-            str(temp),
-            path,
-            overwrite,
-            durable,
-        )
+        return native_write(call, path, *args, str(temp), path, overwrite, durable)
 
 
 def encode_png_filtered(
