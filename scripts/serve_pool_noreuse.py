@@ -6,6 +6,10 @@ IMGOPS_DECODE_STREAM=stage through this script beside a plain "stage" server, re
 commands to both and check every output (scripts/gpu-check.d/serve_verify.py). Wrong pixels
 from the plain server only would point at the pool's cross-stream reuse.
 
+Run on an H100 host (scripts/gpu-check.d/finish_stress.sh, 2026-12-07 fifth session): this
+server wrote wrong outputs in 2 of 14 commands of 800 photos, the plain "stage" server in 1 of
+14, so the pool's cross-stream reuse is not the cause (docs/BENCHMARKS.md).
+
     IMGOPS_DECODE_STREAM=stage python scripts/serve_pool_noreuse.py serve --device cuda ...
 """
 

@@ -1128,13 +1128,16 @@ def test_jpeg_output_uses_the_python_module_encoder_when_asked(
     [(None, True), ("stage", False), (" Stage ", False), ("own", True), ("", True), ("x", True)],
 )
 def test_the_decodes_get_a_stream_of_their_own_unless_told_otherwise(
-    monkeypatch, fake_driver, value, own
+    monkeypatch, capsys, fake_driver, value, own
 ):
     """By default (and with IMGOPS_DECODE_STREAM=own, empty or unknown) nvImageCodec decodes on
     a stream of its own and the pool's cross-stream waits are off; only
-    IMGOPS_DECODE_STREAM=stage decodes on the stage's stream, with the pool as CUDA sets it."""
+    IMGOPS_DECODE_STREAM=stage decodes on the stage's stream, with the pool as CUDA sets it,
+    and says on stderr (once per process) that this is for diagnosis only."""
+    from imgops.engine import driver_stage
     from imgops.engine.driver_stage import DriverStage
 
+    monkeypatch.setattr(driver_stage, "_stage_stream_warned", False)
     if value is None:
         monkeypatch.delenv("IMGOPS_DECODE_STREAM", raising=False)
     else:
@@ -1146,3 +1149,7 @@ def test_the_decodes_get_a_stream_of_their_own_unless_told_otherwise(
     finally:
         stage.close()
     assert stage.stream.closed and stage.decode_stream.closed
+    warned = capsys.readouterr().err.count(driver_stage.STAGE_STREAM_WARNING)
+    assert warned == (0 if own else 1)
+    DriverStage(0).get().close()  # a second stage: no second warning
+    assert driver_stage.STAGE_STREAM_WARNING not in capsys.readouterr().err

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import sys
 import threading
 from concurrent.futures import Future
 from dataclasses import dataclass
@@ -109,6 +110,8 @@ class DriverStage:
             if own_decode_stream():
                 self.decode_stream = self.device.stream()
                 self.device.pool_internal_dependencies(False)
+            else:
+                _warn_stage_stream()
             self.kernels = cuda_driver.Kernels(self.device)
             if self._decoder_factory is not None:
                 from ..io.gpu_decode import GpuDecoderUnavailable
@@ -221,11 +224,28 @@ class DriverStage:
 #: cross-stream waits are turned off with it, so a decode only gets memory whose last use is
 #: over) or "stage" (the stage's stream, before 2026-12-07: each decode call is queued behind
 #: the previous batch's kernels, deflates and copies). IMGOPS_DECODE_STREAM=stage is kept for
-#: diagnosis only: on H100 hosts it wrote wrong pixels (three whole images of one batch, with
-#: the same largest differences both times) in 2 of 32 commands of 800 photos checked, "own"
-#: in none of 89 (docs/BENCHMARKS.md, 2026-12-07 fourth session); their speed did not differ
-#: measurably.
+#: diagnosis only (it warns on stderr): on H100 hosts it wrote wrong pixels in 3 of 46 commands
+#: of 800 photos checked (whole images, or the last rows of one), and with the pool's
+#: cross-stream reuse off too, in 2 of 14 (one of them with an unreadable PNG); "own" in none
+#: of 118 (docs/BENCHMARKS.md, 2026-12-07 fourth and fifth sessions); their speed did not
+#: differ measurably.
 DECODE_STREAM_DEFAULT = "own"
+
+
+#: The warning IMGOPS_DECODE_STREAM=stage gets, once per process, on stderr.
+STAGE_STREAM_WARNING = (
+    "imgops: IMGOPS_DECODE_STREAM=stage is for diagnosis only: decodes on the stage's stream "
+    "have written wrong pixels and unreadable PNGs (docs/GPU.md, 'The decode stream')\n"
+)
+_stage_stream_warned = False
+
+
+def _warn_stage_stream() -> None:
+    """Says on stderr, once per process, that the stage's stream is not safe to decode on."""
+    global _stage_stream_warned
+    if not _stage_stream_warned:
+        _stage_stream_warned = True
+        sys.stderr.write(STAGE_STREAM_WARNING)
 
 
 def own_decode_stream() -> bool:
