@@ -20,6 +20,7 @@
 #include <new>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "../cpu/gray_span.h"
@@ -315,6 +316,40 @@ uint8_t* scratch_buffer(size_t bytes, std::unique_ptr<uint8_t[]>& once) {
   return kept.get();
 }
 
+// What the native writers report: the file's size, the seconds spent making its bytes and
+// writing them, and the write's error (code 0: none).
+struct TimedWrite {
+  size_t size = 0;
+  double make_seconds = 0.0;
+  double write_seconds = 0.0;
+  imgops::files::WriteError error;
+};
+
+// make() returns the file's bytes (a pointer and a count; count 0: nothing is written), which
+// are then written as write_file_atomic writes. Call with the GIL released.
+template <class Make>
+TimedWrite make_and_write(Make make, const std::string& temp, const std::string& target,
+                          bool overwrite, bool durable) {
+  using Clock = std::chrono::steady_clock;
+  TimedWrite done;
+  const auto start = Clock::now();
+  const auto [bytes, size] = make();
+  const auto made = Clock::now();
+  done.make_seconds = std::chrono::duration<double>(made - start).count();
+  if (size == 0) return done;
+  done.error = imgops::files::write_file_atomic(bytes, size, temp, target, overwrite, durable);
+  done.size = size;
+  done.write_seconds = std::chrono::duration<double>(Clock::now() - made).count();
+  return done;
+}
+
+// (bytes, make seconds, write seconds), or the write's error as OSError.
+PyObject* timed_write_result(const TimedWrite& done, const PathArg& temp, const PathArg& target) {
+  if (done.error.code != 0) return raise_write_error(done.error, temp, target);
+  return Py_BuildValue("(ndd)", static_cast<Py_ssize_t>(done.size), done.make_seconds,
+                       done.write_seconds);
+}
+
 PyObject* png_encode_to_file(PyObject* /*self*/, PyObject* args) {
   Py_buffer pixels;
   imgops::png::ImageShape shape{};
@@ -342,31 +377,24 @@ PyObject* png_encode_to_file(PyObject* /*self*/, PyObject* args) {
   const auto* data = static_cast<const uint8_t*>(pixels.buf);
   const std::string temp_path = temp.c_str();
   const std::string target_path = target.c_str();
-  imgops::files::WriteError error;
-  size_t size = 0;
+  TimedWrite done;
   bool no_memory = false;
-  double encode_seconds = 0.0;
-  double write_seconds = 0.0;
   Py_BEGIN_ALLOW_THREADS;
   try {
-    using Clock = std::chrono::steady_clock;
-    const auto start = Clock::now();
     std::unique_ptr<uint8_t[]> once;
-    uint8_t* out = scratch_buffer(imgops::png::max_png_bytes(shape), once);
-    size = imgops::png::encode_image(shape, data, row_stride, filter, out);
-    const auto encoded = Clock::now();
-    error = imgops::files::write_file_atomic(out, size, temp_path, target_path, overwrite != 0,
-                                             durable != 0);
-    encode_seconds = std::chrono::duration<double>(encoded - start).count();
-    write_seconds = std::chrono::duration<double>(Clock::now() - encoded).count();
+    auto encode = [&]() {
+      uint8_t* out = scratch_buffer(imgops::png::max_png_bytes(shape), once);
+      const size_t size = imgops::png::encode_image(shape, data, row_stride, filter, out);
+      return std::pair<const uint8_t*, size_t>(out, size);
+    };
+    done = make_and_write(encode, temp_path, target_path, overwrite != 0, durable != 0);
   } catch (const std::bad_alloc&) {
     no_memory = true;
   }
   Py_END_ALLOW_THREADS;
   PyBuffer_Release(&pixels);
   if (no_memory) return PyErr_NoMemory();
-  if (error.code != 0) return raise_write_error(error, temp, target);
-  return Py_BuildValue("(ndd)", static_cast<Py_ssize_t>(size), encode_seconds, write_seconds);
+  return timed_write_result(done, temp, target);
 }
 
 // The arguments (rows, width, height, channels, itemsize) of the encoders of filtered rows, and
@@ -515,32 +543,26 @@ PyObject* png_finish_zlib_to_file(PyObject* /*self*/, PyObject* args) {
   auto* out = static_cast<uint8_t*>(buffer.buf);
   const std::string temp_path = temp.c_str();
   const std::string target_path = target.c_str();
-  imgops::files::WriteError error;
   uint64_t zlib = 0;
-  size_t size = 0;
-  double finish_seconds = 0.0;
-  double write_seconds = 0.0;
+  TimedWrite done;
   Py_BEGIN_ALLOW_THREADS;
-  using Clock = std::chrono::steady_clock;
-  const auto start = Clock::now();
-  zlib = load_le64(out + room);
-  if (zlib >= 6 && zlib <= static_cast<uint64_t>(out_bytes)) {
-    size = imgops::png::finish_png_file(shape, static_cast<size_t>(zlib), out);
-    const auto framed = Clock::now();
-    error = imgops::files::write_file_atomic(out, size, temp_path, target_path, overwrite != 0,
-                                             durable != 0);
-    finish_seconds = std::chrono::duration<double>(framed - start).count();
-    write_seconds = std::chrono::duration<double>(Clock::now() - framed).count();
-  }
+  auto frame = [&]() {
+    zlib = load_le64(out + room);
+    size_t size = 0;  // (a length the device deflate cannot give: nothing is written)
+    if (zlib >= 6 && zlib <= static_cast<uint64_t>(out_bytes)) {
+      size = imgops::png::finish_png_file(shape, static_cast<size_t>(zlib), out);
+    }
+    return std::pair<const uint8_t*, size_t>(out, size);
+  };
+  done = make_and_write(frame, temp_path, target_path, overwrite != 0, durable != 0);
   Py_END_ALLOW_THREADS;
   PyBuffer_Release(&buffer);
-  if (size == 0) {
+  if (done.size == 0) {
     PyErr_Format(PyExc_RuntimeError, "the device deflate gave a stream of %llu bytes",
                  static_cast<unsigned long long>(zlib));
     return nullptr;
   }
-  if (error.code != 0) return raise_write_error(error, temp, target);
-  return Py_BuildValue("(ndd)", static_cast<Py_ssize_t>(size), finish_seconds, write_seconds);
+  return timed_write_result(done, temp, target);
 }
 
 PyObject* checksums(PyObject* /*self*/, PyObject* args) {
