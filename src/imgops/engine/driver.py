@@ -60,6 +60,7 @@ class DriverEngine(DeviceEngine):
     def __init__(self, *args: Any, index: int = 0, **kwargs: Any) -> None:
         self._index = index
         self.deflate: Any = None  # set with the pinned pool (_first_batch)
+        self.finish_to_file = False  # frame and write in one native call (_first_batch)
         self.deflate_streams = 1
         super().__init__(*args, **kwargs)
         if self.op.driver is None or self.host is None:
@@ -138,6 +139,9 @@ class DriverEngine(DeviceEngine):
         self.deflate = None  # imgops._cli_kernels where the device deflates (its framing)
         if self.filtered and gpu_deflate_wanted():
             self.deflate = device_deflate(self.settings.png_level)
+        self.finish_to_file = finish_to_file_wanted() and hasattr(
+            self.deflate, "png_finish_zlib_to_file"
+        )
         self.deflate_streams = _deflate_streams()
         self._taken: list[Any] = []  # (set per batch in _run_batch)
 
@@ -401,19 +405,19 @@ class DriverEngine(DeviceEngine):
     def _encode_and_write(self, item: _Item, host: Any, jpeg: bytes | None) -> None:
         """As DeviceEngine._encode_and_write; a zlib stream deflated on the device is framed
         and written in one native call (one GIL hand-off per file instead of three), unless
-        IMGOPS_FINISH_TO_FILE=0 (comparisons) or the output goes to stdout. On an H100 host,
+        IMGOPS_FINISH_TO_FILE=0 (comparisons; read once per batch, with the compiled module's
+        support, in _first_batch) or the output goes to stdout. On an H100 host,
         alternated on one warm server, 800 photos took 930 ms (median of 14) against 962 ms,
         3200 photos 3.27 s against 3.40 s (docs/BENCHMARKS.md, 2026-12-07 fifth session)."""
         zlib = item.extra.get("zlib")
         target = item.result.job.target
-        if zlib is None or jpeg is not None or target is None or not finish_to_file_wanted():
-            super()._encode_and_write(item, host, jpeg)
-            return
-        room, out_bytes = zlib
-        done = self.writer.finish_zlib_and_write(
-            target, host, room, out_bytes, item.extra["out_shape"]
-        )
-        if done is None:  # a compiled module without the fused call
+        done = None
+        if zlib is not None and jpeg is None and target is not None and self.finish_to_file:
+            room, out_bytes = zlib
+            done = self.writer.finish_zlib_and_write(
+                target, host, room, out_bytes, item.extra["out_shape"]
+            )
+        if done is None:
             super()._encode_and_write(item, host, jpeg)
             return
         result = item.result
