@@ -384,7 +384,6 @@ def test_the_device_deflate_is_used_and_changes_no_byte(
     else:
         monkeypatch.setenv("IMGOPS_GPU_DEFLATE", gpu_deflate)
     monkeypatch.setenv("IMGOPS_DEFLATE_STREAMS", streams)
-    monkeypatch.setenv("IMGOPS_DECODE_STREAM", "own")
     waits: list[FakeStream] = []  # (those for a decode: below)
     decode_waits: list[FakeStream] = []
     wait = FakeStream.wait
@@ -782,18 +781,13 @@ def test_the_command_line_leaves_with_its_code_and_flushed_output(kept: bool):
     __import__("imgops.io.nvimgcodec_c").io.nvimgcodec_c.package_dir() is None,
     reason="nvImageCodec not installed",
 )
-@pytest.mark.parametrize("stream", ["own", "stage"])
-def test_the_c_api_decoder_decodes_into_the_stages_memory(
-    tmp_path: Path, fake_driver, monkeypatch, stream
-):
+def test_the_c_api_decoder_decodes_into_the_stages_memory(tmp_path: Path, fake_driver):
     """nvImageCodec through its C API (its CPU backend here) decodes into memory the stage
-    allocates in stream order, on a decode stream of its own (the default: the stage's stream
-    waits for each decode, and the stand-in fails a kernel or free not ordered after it) or,
-    with IMGOPS_DECODE_STREAM=stage, on the stage's; the engine frees every such buffer and
-    writes the CPU bytes."""
+    allocates in stream order, on a decode stream of its own (the stage's stream waits for each
+    decode, and the stand-in fails a kernel or free not ordered after it); the engine frees
+    every such buffer and writes the CPU bytes."""
     from imgops.io.nvimgcodec_c import CDecoder
 
-    monkeypatch.setenv("IMGOPS_DECODE_STREAM", stream)
     paths = PICTURES * 2
     settings = PipelineSettings(device="cuda", jobs=2, batch_size=3)
     engine = DriverEngine(
@@ -807,8 +801,8 @@ def test_the_c_api_decoder_decodes_into_the_stages_memory(
     device = FakeDevice.instances[-1]
     assert device.blocks == {}  # the decoded images' memory too, freed in stream order
     assert device.closed and engine.stage.decoder is None
-    own = engine.stage.decode_stream is not engine.stage.stream
-    assert own == (stream == "own") and device.internal_dependencies == (stream != "own")
+    assert engine.stage.decode_stream is not engine.stage.stream
+    assert not device.internal_dependencies
     assert engine.stage.decode_stream.closed
 
 
@@ -1123,33 +1117,16 @@ def test_jpeg_output_uses_the_python_module_encoder_when_asked(
     assert engine._jpeg is encoder and encoder.seen
 
 
-@pytest.mark.parametrize(
-    ("value", "own"),
-    [(None, True), ("stage", False), (" Stage ", False), ("own", True), ("", True), ("x", True)],
-)
-def test_the_decodes_get_a_stream_of_their_own_unless_told_otherwise(
-    monkeypatch, capsys, fake_driver, value, own
-):
-    """By default (and with IMGOPS_DECODE_STREAM=own, empty or unknown) nvImageCodec decodes on
-    a stream of its own and the pool's cross-stream waits are off; only
-    IMGOPS_DECODE_STREAM=stage decodes on the stage's stream, with the pool as CUDA sets it,
-    and says on stderr (once per process) that this is for diagnosis only."""
-    from imgops.engine import driver_stage
+def test_the_decodes_get_a_stream_of_their_own_and_the_pool_no_cross_stream_waits(fake_driver):
+    """nvImageCodec always decodes on a stream of the stage's own, and the pool never makes one
+    stream wait for another's frees (nvJPEG's hardware decode does not honour such a wait:
+    DriverStage._start); both streams are closed with the stage."""
     from imgops.engine.driver_stage import DriverStage
 
-    monkeypatch.setattr(driver_stage, "_stage_stream_warned", False)
-    if value is None:
-        monkeypatch.delenv("IMGOPS_DECODE_STREAM", raising=False)
-    else:
-        monkeypatch.setenv("IMGOPS_DECODE_STREAM", value)
     stage = DriverStage(0).get()
     try:
-        assert (stage.decode_stream is not stage.stream) == own
-        assert stage.device.internal_dependencies == (not own)
+        assert stage.decode_stream is not stage.stream
+        assert stage.device.internal_dependencies is False
     finally:
         stage.close()
     assert stage.stream.closed and stage.decode_stream.closed
-    warned = capsys.readouterr().err.count(driver_stage.STAGE_STREAM_WARNING)
-    assert warned == (0 if own else 1)
-    DriverStage(0).get().close()  # a second stage: no second warning
-    assert driver_stage.STAGE_STREAM_WARNING not in capsys.readouterr().err

@@ -1,20 +1,17 @@
 #!/usr/bin/env bash
-# Two questions in one run of warm `imgops serve` processes on GPU 0, 800-photo commands relayed
-# to each in turn:
+# Two questions in one run of a warm `imgops serve` process on GPU 0, photo commands relayed:
 #  1. Speed: framing and writing a device-deflated PNG in one native call (the default,
 #     png_finish_zlib_to_file) against png_finish_zlib then the write (IMGOPS_FINISH_TO_FILE=0),
-#     alternated on ONE server (the variable travels with each relayed command), 800 and 3200.
-#  2. Correctness, and the cause of the wrong pixels of decodes on the stage's stream
-#     (docs/BENCHMARKS.md, 2026-12-07 fourth session): besides that server (own decode stream),
-#     a server with IMGOPS_DECODE_STREAM=stage and one with "stage" and the default pool's
-#     cross-stream reuse off (scripts/serve_pool_noreuse.py). Every 800-photo command's outputs
-#     are compared byte for byte with the first one's (same_outputs.py), which is checked against
-#     the exact luma of OpenCV's decode (serve_verify.py); a command that differs is kept (up to
-#     KEEP_MAX) and checked the same way at the end.
+#     alternated (the variable travels with each relayed command), 800 and 3200 photos.
+#  2. Correctness under repetition: every 800-photo command's outputs are compared byte for
+#     byte with the first one's (same_outputs.py), which is checked against the exact luma of
+#     OpenCV's decode (serve_verify.py); a command that differs is kept (up to KEEP_MAX) and
+#     checked the same way at the end. (Until 2026-12-07 it also ran servers decoding on the
+#     stage's stream, IMGOPS_DECODE_STREAM=stage, removed: docs/GPU.md, "The decode stream".)
 # Rounds go on for STRESS_SECONDS (default 300). After the build step, or with the torch-free
 # CLI's compiled files in src/imgops. Results: $OUT/finish-stress-walls.txt
 # (label|rc|ms|files|stats|comparison), $OUT/finish-stress-verify.txt, the servers' logs.
-# SERVE_DEVICE=cpu: no GPU (a dry run of the script; the stage settings then change nothing).
+# SERVE_DEVICE=cpu: no GPU (a dry run of the script).
 set -uo pipefail
 OUT=${OUT:-$PWD/gpu-check-out}
 mkdir -p "$OUT"
@@ -29,26 +26,18 @@ photo_batches finish-stress
 SOCKETS=/tmp/imgops-finish-stress
 mkdir -p "$SOCKETS" && chmod 700 "$SOCKETS"
 : >"$WALLS"
-start_server() {  # name, decode stream, command (serve or the no-reuse script)...
-  local name=$1 stream=$2; shift 2
-  IMGOPS_DECODE_STREAM=$stream $PY "$@" serve --device "$DEV" --idle-timeout 0 \
-    --socket "$SOCKETS/$name.sock" -v 2>"$OUT/finish-stress-$name.log" &
-}
-start_server own own -m imgops.entry
-start_server stage stage -m imgops.entry
-start_server noreuse stage scripts/serve_pool_noreuse.py
+$PY -m imgops.entry serve --device "$DEV" --idle-timeout 0 --socket "$SOCKETS/own.sock" -v \
+  2>"$OUT/finish-stress-own.log" &
 for _ in $(seq 900); do
-  ready=0
-  for name in own stage noreuse; do grep -q "ready at" "$OUT/finish-stress-$name.log" && ready=$((ready + 1)); done
-  [ "$ready" = 3 ] && break
+  grep -q "ready at" "$OUT/finish-stress-own.log" && break
   sleep 0.1
 done
 WORK=/tmp/imgops-finish-stress-out KEEP=/tmp/imgops-finish-stress-kept REF=/tmp/imgops-finish-stress-ref
 rm -rf "$WORK" "$KEEP" "$REF" && mkdir -p "$KEEP"
 kept=0
-gray() {  # label, server, stream setting, fused (1|0), input folder
-  local label=$1 server=$2 stream=$3 fused=$4 dir=$5
-  IMGOPS_SERVER=$SOCKETS/$server.sock IMGOPS_DECODE_STREAM=$stream IMGOPS_FINISH_TO_FILE=$fused \
+gray() {  # label, fused (1|0), input folder
+  local label=$1 fused=$2 dir=$3
+  IMGOPS_SERVER=$SOCKETS/own.sock IMGOPS_FINISH_TO_FILE=$fused \
     timed_gray "$WORK" /tmp/imgops-finish-stress.json /tmp/imgops-finish-stress.err "$dir" \
     --device "$DEV"
   local files stats; files=$(ls "$WORK" | wc -l) stats=$(engine_stats /tmp/imgops-finish-stress.json)
@@ -65,27 +54,23 @@ gray() {  # label, server, stream setting, fused (1|0), input folder
   fi
   echo "$label|rc=$GRAY_RC|$GRAY_MS ms|$files files|$stats|$compared|$(tail -c 160 /tmp/imgops-finish-stress.err)" | tee -a "$WALLS"
 }
-gray "warm-up own fused 800" own own 1 "$BATCH"   # the reference
-gray "warm-up stage 800" stage stage 1 "$BATCH"
-gray "warm-up noreuse 800" noreuse stage 1 "$BATCH"
+gray "warm-up fused 800" 1 "$BATCH"   # the reference
 $PY scripts/gpu-check.d/serve_verify.py "$BATCH" "$REF" >"$OUT/finish-stress-verify.txt" 2>&1
 grep -E "checked|largest" "$OUT/finish-stress-verify.txt" | sed "s|^|reference: |" | head -n 8 | tee -a "$WALLS"
 began=$SECONDS round=0
 while [ $((SECONDS - began)) -lt "$LIMIT" ]; do
   round=$((round + 1))
   if [ $((round % 2)) = 1 ]; then
-    gray "800 fused $round" own own 1 "$BATCH"; gray "800 split $round" own own 0 "$BATCH"
+    gray "800 fused $round" 1 "$BATCH"; gray "800 split $round" 0 "$BATCH"
   else
-    gray "800 split $round" own own 0 "$BATCH"; gray "800 fused $round" own own 1 "$BATCH"
+    gray "800 split $round" 0 "$BATCH"; gray "800 fused $round" 1 "$BATCH"
   fi
-  gray "800 stage $round" stage stage 1 "$BATCH"
-  gray "800 noreuse $round" noreuse stage 1 "$BATCH"
 done
 for k in 1 2 3; do
-  gray "3200 fused $k" own own 1 "$BIG"; gray "3200 split $k" own own 0 "$BIG"
+  gray "3200 fused $k" 1 "$BIG"; gray "3200 split $k" 0 "$BIG"
 done
 rm -rf "$WORK"
-for name in own stage noreuse; do $PY -m imgops.entry serve --stop --socket "$SOCKETS/$name.sock"; done
+$PY -m imgops.entry serve --stop --socket "$SOCKETS/own.sock"
 wait
 if [ "$kept" -gt 0 ]; then
   $PY scripts/gpu-check.d/serve_verify.py "$BATCH" "$KEEP"/* >>"$OUT/finish-stress-verify.txt" 2>&1

@@ -2,7 +2,7 @@
 input in SRC (OUT's `NAME.png` comes from SRC's `NAME.jpg`); prints, per OUT, the histogram of
 the largest differences and the bad outputs (with the share of their pixels off by more than 1
 and the rows those lie in). Each source is decoded once, however many OUT folders there are (one
-per command of a stress run). Used by serve.sh and decode_stream.sh: the GPU decodes differ from
+per command of a stress run). Used by serve.sh and finish_stress.sh: the GPU decodes differ from
 OpenCV's by at most 1 in luma.
 
     python scripts/gpu-check.d/serve_verify.py SRC OUT [OUT...]

@@ -11,18 +11,18 @@ files take the CPU path.
 
 Per batch: nvImageCodec decodes the accepted JPEGs (the decode thread: one call, on the
 stage's decode stream, into the stage's memory: a stream of its own, which the stage's stream
-waits for through an event, so a decode never queues behind the previous batch's device work;
-IMGOPS_DECODE_STREAM=stage decodes on the stage's stream) -> on the device thread `op.driver`
-per image (gray: one kernel into stream-ordered device memory) -> the PNG row filter kernel ->
-the deflate kernels (png_deflate_kernels.cuh: the CPU encoder's exact zlib stream) -> the stream
-copied into a reused pinned buffer laid out as the PNG file -> an event; the encode threads
-wait for it, add the chunk framing and CRCs in place and write the file, in one native call
-(png_finish_zlib_to_file; IMGOPS_FINISH_TO_FILE=0: png_finish_zlib, then the write). The
-deflates of a batch spread over side streams (IMGOPS_DEFLATE_STREAMS, default 4), each waiting
-for its image's filtered rows; the stage's stream waits for all of them before the batch's event.
-(With IMGOPS_GPU_DEFLATE=0, or at PNG levels the device deflate does not serve, the filtered rows
-come back and the encode threads deflate them; `-f jpg`: nvImageCodec's encoder.)
-Device buffers are freed in stream order right after the copies are queued.
+waits for through an event, so a decode never queues behind the previous batch's device work
+and never gets memory that work still uses; see DriverStage._start) -> on the device thread
+`op.driver` per image (gray: one kernel into stream-ordered device memory) -> the PNG row
+filter kernel -> the deflate kernels (png_deflate_kernels.cuh: the CPU encoder's exact zlib
+stream) -> the stream copied into a reused pinned buffer laid out as the PNG file -> an event;
+the encode threads wait for it, add the chunk framing and CRCs in place and write the file,
+in one native call (png_finish_zlib_to_file; IMGOPS_FINISH_TO_FILE=0: png_finish_zlib, then
+the write). The deflates of a batch spread over side streams (IMGOPS_DEFLATE_STREAMS, default
+4), each waiting for its image's filtered rows; the stage's stream waits for all of them before
+the batch's event. (With IMGOPS_GPU_DEFLATE=0, or at PNG levels the device deflate does not
+serve, the filtered rows come back and the encode threads deflate them; `-f jpg`: nvImageCodec's
+encoder.) Device buffers are freed in stream order right after the copies are queued.
 
 What the GPU does not decode (PNG, TIFF, CMYK or 12-bit JPEG, ...) takes the whole CPU path on
 the prep thread: the conversion is ~1 % of such a file's time, so uploading it gains nothing.
@@ -103,11 +103,8 @@ class DriverEngine(DeviceEngine):
         return stage.decode_stream.handle
 
     def _decoded_event(self) -> Any:
-        """An event on the decode stream after the batch's decode (None where the decodes
-        run on the stage's stream)."""
+        """An event on the decode stream after the batch's decode."""
         stage = self.stage.get()
-        if stage.decode_stream is stage.stream:
-            return None
         return stage.device.event(stage.decode_stream, blocking=False)
 
     def _wait_decoded(self, stage: DriverStage, pending: Any) -> None:

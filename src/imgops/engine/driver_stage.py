@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import ctypes
 import os
-import sys
 import threading
 from concurrent.futures import Future
 from dataclasses import dataclass
@@ -106,12 +105,20 @@ class DriverStage:
 
             self.device = cuda_driver.Device(self.index)
             self.stream = self.device.stream()
-            self.decode_stream = self.stream
-            if own_decode_stream():
-                self.decode_stream = self.device.stream()
-                self.device.pool_internal_dependencies(False)
-            else:
-                _warn_stage_stream()
+            # nvImageCodec decodes on a stream of its own, which the stage's stream waits for
+            # through an event recorded after each decode call, into memory allocated on that
+            # stream from a pool whose cross-stream waits are off. nvJPEG's hardware engine
+            # writes a batched decode's outputs when the call is made, not in the order of the
+            # stream it is given, and a device-side wait does not hold it back either (nvJPEG
+            # 12.3-13.2 on H100: torchcodec PR 1634; tests/decode_order.py probes it here). On
+            # the stage's stream, where the previous batch's kernels, deflates and copies were
+            # still queued, a decode was handed memory freed there in stream order and wrote
+            # it before that work had read it: wrong pixels and unreadable PNGs in 5 of 60
+            # commands of 800 photos on H100 hosts (docs/GPU.md, "The decode stream"). Here a
+            # decode only gets memory whose last use is over: memory freed on another stream
+            # is reused once that free has run, and only decodes are queued on this stream.
+            self.decode_stream = self.device.stream()
+            self.device.pool_internal_dependencies(False)
             self.kernels = cuda_driver.Kernels(self.device)
             if self._decoder_factory is not None:
                 from ..io.gpu_decode import GpuDecoderUnavailable
@@ -175,8 +182,7 @@ class DriverStage:
             self.pinned_pool.close()
         for stream in self._side:
             stream.close()
-        if self.decode_stream is not self.stream:
-            self.decode_stream.close()
+        self.decode_stream.close()
         self.stream.close()
         self.device.close()
 
@@ -207,8 +213,7 @@ class DriverStage:
     def synchronize(self) -> None:
         """Waits until the stream, the decode stream and the side streams are idle."""
         self.stream.synchronize()
-        if self.decode_stream is not self.stream:
-            self.decode_stream.synchronize()
+        self.decode_stream.synchronize()
         for stream in self._side:
             stream.synchronize()
 
@@ -217,42 +222,6 @@ class DriverStage:
         pitch = width * channels
         ptr = self.device.alloc(max(1, pitch * height), self.stream)
         return DeviceImage(ptr, width, height, channels, pitch, owned=True)
-
-
-#: Where nvImageCodec decodes: "own" (a stream of its own, which the stage's stream waits for
-#: through an event, so a decode never waits for the device's other work; the pool's
-#: cross-stream waits are turned off with it, so a decode only gets memory whose last use is
-#: over) or "stage" (the stage's stream, before 2026-12-07: each decode call is queued behind
-#: the previous batch's kernels, deflates and copies). IMGOPS_DECODE_STREAM=stage is kept for
-#: diagnosis only (it warns on stderr): on H100 hosts it wrote wrong pixels in 3 of 46 commands
-#: of 800 photos checked (whole images, or the last rows of one), and with the pool's
-#: cross-stream reuse off too, in 2 of 14 (one of them with an unreadable PNG); "own" in none
-#: of 118 (docs/BENCHMARKS.md, 2026-12-07 fourth and fifth sessions); their speed did not
-#: differ measurably.
-DECODE_STREAM_DEFAULT = "own"
-
-
-#: The warning IMGOPS_DECODE_STREAM=stage gets, once per process, on stderr.
-STAGE_STREAM_WARNING = (
-    "imgops: IMGOPS_DECODE_STREAM=stage is for diagnosis only: decodes on the stage's stream "
-    "have written wrong pixels and unreadable PNGs (docs/GPU.md, 'The decode stream')\n"
-)
-_stage_stream_warned = False
-
-
-def _warn_stage_stream() -> None:
-    """Says on stderr, once per process, that the stage's stream is not safe to decode on."""
-    global _stage_stream_warned
-    if not _stage_stream_warned:
-        _stage_stream_warned = True
-        sys.stderr.write(STAGE_STREAM_WARNING)
-
-
-def own_decode_stream() -> bool:
-    """Whether nvImageCodec decodes on a stream of its own (see DECODE_STREAM_DEFAULT): yes
-    unless IMGOPS_DECODE_STREAM is "stage" (an empty or unknown value keeps the default)."""
-    value = os.environ.get("IMGOPS_DECODE_STREAM", DECODE_STREAM_DEFAULT).strip().lower()
-    return value != "stage"
 
 
 #: How the stage starts: "serial" (the context, the stream and the kernels, then nvImageCodec's
