@@ -7,7 +7,8 @@ out, each as milliseconds since the process was created (from /proc/self/stat).
 runs imgops' CLI with those arguments and appends one line per event to TIMELINE.txt (the exit
 itself, after os._exit or sys.exit, is timed by the caller: the file's last line is the moment
 the process asked to leave). `--engine` also marks the device engine's inside: the CUDA stage's
-start and readiness, each decode call and device batch, and every 50th file of the CPU path
+start and readiness, each decode call and device batch, the 1st and every 100th file the prep
+threads have read and checked (1, 100, 101, 200, ...), every 50th file of the CPU path
 (it imports the engine's modules, numpy among them, before the CLI runs, so everything before
 the prestart moves ~0.1 s later than in a plain run), each nvImageCodec decode call itself,
 every 100th file the encode threads finish, and, under `imgops serve`, each relayed command.
@@ -95,10 +96,12 @@ def _mark_engine() -> None:
     _wrap(server.Server, "_handle", "relayed command")
     _count(batched.DeviceEngine, "_finish", "encode threads", every=100)
     _count(batched.DeviceEngine, "_finish_on_host", "CPU path", every=50)
+    _count(driver.DriverEngine, "_read_and_decode", "prep threads", every=100, first=True)
 
 
-def _count(owner, name: str, label: str, every: int) -> None:
-    """Replaces owner.name by one that marks every `every`th call as "label: N files"."""
+def _count(owner, name: str, label: str, every: int, first: bool = False) -> None:
+    """Replaces owner.name by one that marks every `every`th call as "label: N files" (with
+    `first`, the call after each such one too: 1, 101, 201, ...)."""
     inner = getattr(owner, name)
     done = [0]
 
@@ -107,7 +110,7 @@ def _count(owner, name: str, label: str, every: int) -> None:
         with _LOCK:
             done[0] += 1
             count = done[0]
-        if count % every == 0:
+        if count % every == 0 or (first and count % every == 1):
             mark(f"{label}: {count} files")
 
     setattr(owner, name, counted)
