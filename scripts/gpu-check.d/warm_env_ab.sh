@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Settings compared on ONE warm `imgops serve` (800 photos relayed, --no-fsync): each setting is
-# a space-separated list of IMGOPS_* assignments (or "default"), separated by ";" in WARM_AB
-# (default: switch intervals 1 ms, 0.2 ms and 0.05 ms, and 2 deflate streams). The variables
-# travel with each relayed command; every round runs all settings, in an order rotated from
+# a space-separated list of IMGOPS_* assignments and `imgops gray` options (or "default"),
+# separated by ";" in WARM_AB (default: switch intervals 1 ms, 0.2 ms and 0.05 ms, and 2
+# deflate streams; e.g. "default;-j 12;-j 8"). The variables travel with each relayed command,
+# the options are the command's; every round runs all settings, in an order rotated from
 # round to round. WARM_AB_ROUNDS rounds (default 6) after one warm-up. Results:
 # $OUT/warm-env-ab.txt (label|rc|ms|files|engine stats), then per setting the median wall.
 # SERVE_DEVICE=cpu: no GPU (a dry run of the script).
@@ -29,12 +30,16 @@ done
 IFS=';' read -ra SETTINGS <<<"$WARM_AB"
 : >"$REPORT"
 gray() {  # label, setting
-  local label=$1 setting=$2 assignments=()
-  [ "$setting" != default ] && read -ra assignments <<<"$setting"
+  local label=$1 setting=$2 words=() assignments=() options=()
+  [ "$setting" != default ] && read -ra words <<<"$setting"
+  for word in "${words[@]}"; do
+    if [[ "$word" == IMGOPS_*=* ]]; then assignments+=("$word"); else options+=("$word"); fi
+  done
   env IMGOPS_SERVER="$SOCKET" "${assignments[@]}" bash -c '. scripts/gpu-check.d/photo-batches.bash
-    PY=$0 timed_gray /tmp/imgops-warm-env-ab-out /tmp/imgops-warm-env-ab.json \
-      /tmp/imgops-warm-env-ab.err "$1" --device "$2"
-    echo "$GRAY_RC $GRAY_MS"' "$PY" "$BATCH" "$DEV" >/tmp/imgops-warm-env-ab.rc
+    PY=$0; batch=$1 device=$2; shift 2
+    timed_gray /tmp/imgops-warm-env-ab-out /tmp/imgops-warm-env-ab.json \
+      /tmp/imgops-warm-env-ab.err "$batch" --device "$device" "$@"
+    echo "$GRAY_RC $GRAY_MS"' "$PY" "$BATCH" "$DEV" "${options[@]}" >/tmp/imgops-warm-env-ab.rc
   read -r rc ms </tmp/imgops-warm-env-ab.rc
   echo "$label|$setting|rc=$rc|$ms ms|$(ls /tmp/imgops-warm-env-ab-out | wc -l) files|$(engine_stats \
     /tmp/imgops-warm-env-ab.json)" | tee -a "$REPORT"
