@@ -601,3 +601,18 @@ def test_without_imgops_server_the_relay_costs_no_import():
     done = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True,
                           timeout=60)  # fmt: skip
     assert done.stderr.strip().splitlines()[-1] == "False False", done.stderr
+
+
+def test_a_cuda_server_with_the_torch_engine_asked_for_says_why_it_cannot_start(monkeypatch):
+    """IMGOPS_CUDA_ENGINE=torch on `imgops serve --device cuda`: the error names the variable,
+    not missing kernels (the server keeps only the torch-free engine warm)."""
+    from imgops.cli_common import ImgopsError
+    from imgops.commands import serve
+    from imgops.engine import device, driver_stage
+
+    monkeypatch.setattr(driver_stage, "_warm", driver_stage._warm)  # keep_warm() is undone
+    monkeypatch.setattr(device, "cuda_device_count", lambda: 1)
+    monkeypatch.setenv("IMGOPS_CUDA_ENGINE", "torch")
+    with pytest.raises(ImgopsError, match="IMGOPS_CUDA_ENGINE=torch is set") as raised:
+        serve._warm_up("cuda")
+    assert str(raised.value).startswith("--device cuda: ") and "fatbin" not in str(raised.value)

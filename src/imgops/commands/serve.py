@@ -5,6 +5,7 @@ this command warms up, binds, serves and reports."""
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 
@@ -246,6 +247,11 @@ def _warm_up(device: str) -> str:
     problem = None
     if cuda_device_count() <= index:
         problem = f"no CUDA GPU {index} is visible"
+    elif os.environ.get("IMGOPS_CUDA_ENGINE", "driver") == "torch":
+        problem = (
+            "IMGOPS_CUDA_ENGINE=torch is set, and a server keeps only the torch-free CUDA engine "
+            "warm (unset it, or run the torch engine without a server)"
+        )
     elif not driver_engine_usable(GRAY):
         problem = "imgops has no fatbin kernels for the torch-free CUDA engine"
     elif not gpu_decode.installed():
