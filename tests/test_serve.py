@@ -608,10 +608,11 @@ def test_a_cuda_server_with_the_torch_engine_asked_for_says_why_it_cannot_start(
     not missing kernels (the server keeps only the torch-free engine warm)."""
     from imgops.cli_common import ImgopsError
     from imgops.commands import serve
-    from imgops.engine import device, driver_stage
+    from imgops.engine import cuda_driver, device, driver_stage
 
     monkeypatch.setattr(driver_stage, "_warm", driver_stage._warm)  # keep_warm() is undone
     monkeypatch.setattr(device, "cuda_device_count", lambda: 1)
+    monkeypatch.setattr(cuda_driver, "kernels_path", lambda: Path("_device_kernels.fatbin"))
     monkeypatch.setenv("IMGOPS_CUDA_ENGINE", "torch")
     with pytest.raises(ImgopsError, match="IMGOPS_CUDA_ENGINE=torch is set") as raised:
         serve._warm_up("cuda")

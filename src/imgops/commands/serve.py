@@ -5,7 +5,6 @@ this command warms up, binds, serves and reports."""
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 
@@ -231,6 +230,7 @@ def _warm_up(device: str) -> str:
     """Imports what every command needs and starts the GPU stage `device` asks for; says what
     is warm. ImgopsError where `--device cuda[:N]` cannot be kept warm."""
     from ..engine import driver_stage
+    from ..engine.cuda_driver import kernels_path
     from ..engine.device import cuda_device_count, driver_engine_usable
     from ..engine.ops import GRAY
     from ..engine.types import default_jobs
@@ -247,13 +247,13 @@ def _warm_up(device: str) -> str:
     problem = None
     if cuda_device_count() <= index:
         problem = f"no CUDA GPU {index} is visible"
-    elif os.environ.get("IMGOPS_CUDA_ENGINE", "driver") == "torch":
-        problem = (
-            "IMGOPS_CUDA_ENGINE=torch is set, and a server keeps only the torch-free CUDA engine "
-            "warm (unset it, or run the torch engine without a server)"
-        )
-    elif not driver_engine_usable(GRAY):
+    elif not driver_engine_usable(GRAY):  # (as imgops doctor tells the two reasons apart)
         problem = "imgops has no fatbin kernels for the torch-free CUDA engine"
+        if kernels_path() is not None:
+            problem = (
+                "IMGOPS_CUDA_ENGINE=torch is set, and a server keeps only the torch-free CUDA "
+                "engine warm (unset it, or run the torch engine without a server)"
+            )
     elif not gpu_decode.installed():
         problem = f"nvImageCodec is not installed ({gpu_decode.INSTALL_HINT})"
     if problem is None:
