@@ -35,12 +35,13 @@ gray() {  # label, setting
   for word in "${words[@]}"; do
     if [[ "$word" == IMGOPS_*=* ]]; then assignments+=("$word"); else options+=("$word"); fi
   done
-  env IMGOPS_SERVER="$SOCKET" "${assignments[@]}" bash -c '. scripts/gpu-check.d/photo-batches.bash
-    PY=$0; batch=$1 device=$2; shift 2
-    timed_gray /tmp/imgops-warm-env-ab-out /tmp/imgops-warm-env-ab.json \
-      /tmp/imgops-warm-env-ab.err "$batch" --device "$device" "$@"
-    echo "$GRAY_RC $GRAY_MS"' "$PY" "$BATCH" "$DEV" "${options[@]}" >/tmp/imgops-warm-env-ab.rc
-  read -r rc ms </tmp/imgops-warm-env-ab.rc
+  local rc ms
+  read -r rc ms < <(  # the assignments hold in this subshell only
+    for assignment in "${assignments[@]}"; do export "${assignment?}"; done
+    IMGOPS_SERVER=$SOCKET timed_gray /tmp/imgops-warm-env-ab-out /tmp/imgops-warm-env-ab.json \
+      /tmp/imgops-warm-env-ab.err "$BATCH" --device "$DEV" "${options[@]}"
+    echo "$GRAY_RC $GRAY_MS"
+  )
   echo "$label|$setting|rc=$rc|$ms ms|$(ls /tmp/imgops-warm-env-ab-out | wc -l) files|$(engine_stats \
     /tmp/imgops-warm-env-ab.json)" | tee -a "$REPORT"
 }
