@@ -269,6 +269,14 @@ class FakeDecoder:
         return out
 
 
+@pytest.fixture(autouse=True)
+def python_png_tail(monkeypatch):
+    """The PNG tail per image from Python, through the stand-ins here (which check the stream
+    order of every use); the native tail runs over the stand-in libcuda in
+    tests/test_native_tail.py."""
+    monkeypatch.setenv("IMGOPS_DEVICE_TAIL", "python")
+
+
 @pytest.fixture
 def fake_driver(monkeypatch):
     FakeDevice.instances.clear()

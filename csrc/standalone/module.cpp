@@ -8,7 +8,9 @@
 // - png_deflate_layout and png_finish_zlib serve the GPU's deflate (png_deflate_parallel.h):
 //   the device memory it needs, and the PNG file around the zlib stream it makes;
 //   png_finish_zlib_to_file frames that stream and writes the file in one call;
-//   png_encode_filtered_emulated runs that deflate here, for the tests.
+//   png_encode_filtered_emulated runs that deflate here, for the tests;
+// - device_png_tail queues a batch's PNG filter, device deflate and copies through the CUDA
+//   driver (device_batch.h): one call per batch, the GIL released.
 // One image (or strip) per call on the calling thread, with the GIL released: the command
 // line's worker threads run several at once.
 #define PY_SSIZE_T_CLEAN
@@ -24,6 +26,7 @@
 #include <vector>
 
 #include "../cpu/gray_span.h"
+#include "device_batch.h"
 #include "file_read.h"
 #include "file_write.h"
 #include "png_deflate_emulated.h"
@@ -565,6 +568,110 @@ PyObject* png_finish_zlib_to_file(PyObject* /*self*/, PyObject* args) {
   return timed_write_result(done, temp, target);
 }
 
+// The int64 values of a C-contiguous buffer (the engine passes numpy int64 arrays), or nullptr
+// with ValueError when its size is not a multiple of `group` values.
+const int64_t* int64_values(const Py_buffer& buffer, size_t group, size_t* count,
+                            const char* name) {
+  if (buffer.len % static_cast<Py_ssize_t>(8 * group) != 0) {
+    PyErr_Format(PyExc_ValueError, "%s must hold a multiple of %zu int64 values", name, group);
+    return nullptr;
+  }
+  *count = static_cast<size_t>(buffer.len) / (8 * group);
+  return static_cast<const int64_t*>(buffer.buf);
+}
+
+template <typename T>
+T from_int64(int64_t value) {
+  return reinterpret_cast<T>(static_cast<uintptr_t>(value));
+}
+
+PyObject* device_png_tail(PyObject* /*self*/, PyObject* args) {
+  Py_buffer table;
+  Py_buffer images;
+  Py_buffer streams;
+  int filter = 0;
+  unsigned long long event = 0;
+  Py_ssize_t first = 0;
+  int join = 1;
+  if (!PyArg_ParseTuple(args, "y*y*iy*Knp:device_png_tail", &table, &images, &filter, &streams,
+                        &event, &first, &join)) {
+    return nullptr;
+  }
+  struct Release {
+    Py_buffer* buffers[3];
+    ~Release() {
+      for (Py_buffer* b : buffers) PyBuffer_Release(b);
+    }
+  } release{{&table, &images, &streams}};
+  size_t entries = 0, count = 0, stream_count = 0;
+  const int64_t* t = int64_values(table, 1, &entries, "table");
+  const int64_t* raw = int64_values(images, imgops::device::kImageFields, &count, "images");
+  const int64_t* s = int64_values(streams, 1, &stream_count, "streams");
+  if (t == nullptr || raw == nullptr || s == nullptr) return nullptr;
+  if (entries != imgops::device::kTableEntries || stream_count < 1 || event == 0) {
+    PyErr_SetString(PyExc_ValueError,
+                    "device_png_tail needs the 14-entry table, a stream and an event");
+    return nullptr;
+  }
+  if (filter < -1 || filter > 4 || first < 0) {
+    PyErr_SetString(PyExc_ValueError, "filter must be -1..4 and first not negative");
+    return nullptr;
+  }
+  imgops::device::Driver d;
+  d.alloc = from_int64<imgops::device::MemAllocAsync>(t[0]);
+  d.free = from_int64<imgops::device::MemFreeAsync>(t[1]);
+  d.launch = from_int64<imgops::device::LaunchKernel>(t[2]);
+  d.memset = from_int64<imgops::device::MemsetD8Async>(t[3]);
+  d.copy_to_host = from_int64<imgops::device::MemcpyDtoHAsync>(t[4]);
+  d.record = from_int64<imgops::device::EventRecord>(t[5]);
+  d.wait = from_int64<imgops::device::StreamWaitEvent>(t[6]);
+  d.png_filter = from_int64<void*>(t[7]);
+  for (int k = 0; k < 5; ++k) d.deflate[k] = from_int64<void*>(t[8 + k]);
+  d.multiprocessors = t[13] > 0 ? t[13] : 1;
+  for (int k = 0; k < 13; ++k) {
+    if (t[k] == 0) {
+      PyErr_SetString(PyExc_ValueError,
+                      "device_png_tail: a driver function or kernel is missing");
+      return nullptr;
+    }
+  }
+  std::vector<imgops::device::Image> list(count);
+  for (size_t i = 0; i < count; ++i) {
+    const int64_t* f = raw + i * imgops::device::kImageFields;
+    imgops::device::Image& image = list[i];
+    image.src = static_cast<uint64_t>(f[0]);
+    image.pitch = f[1];
+    image.row_bytes = f[2];
+    image.height = f[3];
+    image.bpp = f[4];
+    image.pinned = static_cast<uint64_t>(f[5]);
+    if (image.src == 0 || image.pinned == 0 || image.height < 1 || image.row_bytes < 0 ||
+        image.pitch < image.row_bytes || image.bpp < 1 || image.bpp > 8) {
+      PyErr_Format(PyExc_ValueError, "device_png_tail: image %zu is not a valid 8-bit image", i);
+      return nullptr;
+    }
+  }
+  std::vector<void*> handles(stream_count);
+  for (size_t i = 0; i < stream_count; ++i) handles[i] = from_int64<void*>(s[i]);
+  imgops::device::Outcome done;
+  Py_BEGIN_ALLOW_THREADS;
+  done = imgops::device::queue_png_tail(d, list.data(), count, filter, handles.data(),
+                                        stream_count, reinterpret_cast<void*>(event),
+                                        static_cast<size_t>(first), join != 0);
+  Py_END_ALLOW_THREADS;
+  PyObject* owned = PyList_New(static_cast<Py_ssize_t>(done.owned.size()));
+  if (owned == nullptr) return nullptr;
+  for (size_t i = 0; i < done.owned.size(); ++i) {
+    PyObject* ptr = PyLong_FromUnsignedLongLong(done.owned[i]);
+    if (ptr == nullptr) {
+      Py_DECREF(owned);
+      return nullptr;
+    }
+    PyList_SET_ITEM(owned, static_cast<Py_ssize_t>(i), ptr);
+  }
+  return Py_BuildValue("(isN)", done.code, done.call, owned);
+}
+
 PyObject* checksums(PyObject* /*self*/, PyObject* args) {
   Py_buffer data;
   if (!PyArg_ParseTuple(args, "y*:checksums", &data)) return nullptr;
@@ -633,6 +740,15 @@ PyMethodDef methods[] = {
      "path for a failed open or read. Releases the GIL for the system calls."},
     {"fsync_count", fsync_count, METH_NOARGS,
      "fsync_count() -> int: fsync calls the native writers made in this process (tests)."},
+    {"device_png_tail", device_png_tail, METH_VARARGS,
+     "device_png_tail(table, images, filter, streams, event, first, join) -> (code, call,\n"
+     "owned): queues the PNG row filter, the device deflate and the copies into pinned buffers\n"
+     "of several images through the CUDA driver (device_batch.h), the GIL released.\n"
+     "table: int64 x 14 (the driver functions' and kernels' addresses, the SM count); images:\n"
+     "int64 x 6 each (src, pitch, row bytes, height, bpp, pinned); streams: int64, the stage's\n"
+     "first (image i deflates on side stream (first + i) % sides); join: the stage's stream\n"
+     "then waits for every side stream. code: the first CUresult that failed (0: none), call:\n"
+     "its function, owned: the device memory not yet queued for freeing."},
     {"checksums", checksums, METH_VARARGS,
      "checksums(data) -> (crc32, adler32, adler32 of the scalar loop, crc32 of the table loop),\n"
      "for tests."},

@@ -35,6 +35,7 @@ __all__ = [
     "PinnedBuffer",
     "Stream",
     "driver_available",
+    "function_address",
     "kernels_path",
 ]
 
@@ -298,6 +299,17 @@ def _driver() -> ctypes.CDLL:
 def _call(function: str, *args: Any) -> None:
     """Calls a driver function and raises CudaError naming it unless it succeeded."""
     _check(getattr(_driver(), function)(*args), function)
+
+
+def function_address(name: str) -> int:
+    """The address of the loaded driver's function `name` (one of the declared prototypes),
+    for native code that calls the driver itself (imgops.engine.native_batch)."""
+    if name not in _PROTOTYPES:
+        raise ValueError(f"{name} is not a declared driver function")
+    address = ctypes.cast(getattr(_driver(), name), ctypes.c_void_p).value
+    if not address:
+        raise CudaError(500, name, text=f"{name} has no address")
+    return int(address)
 
 
 def driver_available() -> bool:
@@ -889,6 +901,13 @@ class Kernels:
             self._deflate, _DEFLATE_KERNELS, self.deflate_shapes(height, layout), strict=True
         ):
             self._launch(function, name, (grid, 1), block, stream, params)
+
+    def png_tail_handles(self) -> list[int]:
+        """The CUfunction handles of the PNG filter and the five deflate kernels, in launch
+        order, for native code that launches them (imgops.engine.native_batch)."""
+        if self._closed:
+            raise CudaError(400, "png_tail_handles", text="the kernels are closed")
+        return [int(self._png_filter.value or 0)] + [int(f.value or 0) for f in self._deflate]
 
     def deflate_shapes(self, height: int, layout: DeflateLayout) -> list[tuple[int, int]]:
         """(grid, threads) of each deflate kernel, in launch order: the kernels loop

@@ -49,6 +49,7 @@ from .driver_stage import (
     ready_warm_stage,
     take_prestarted,
 )
+from .native_batch import png_tail_for
 from .types import join_notes
 
 __all__ = ["DeviceImage", "DriverEngine", "DriverStage", "device_image"]
@@ -140,6 +141,7 @@ class DriverEngine(DeviceEngine):
             self.deflate, "png_finish_zlib_to_file"
         )
         self.deflate_streams = _deflate_streams()
+        self.tail = png_tail_for(stage, self.deflate) if self.deflate is not None else None
         self._taken: list[Any] = []  # (set per batch in _run_batch)
 
     def _run_batch(
@@ -213,6 +215,7 @@ class DriverEngine(DeviceEngine):
         the batch's device memory in stream order and queues the encodes."""
         if not live:
             return None
+        share = seconds / len(live)
         jpegs: list[bytes | None] = [None] * len(live)
         if self.settings.fmt == "jpg" and self._jpeg_factory is not None:
             jpegs = self._encode_jpegs_on_device(stage, live)
@@ -220,6 +223,14 @@ class DriverEngine(DeviceEngine):
         side = stage.side_streams(self.deflate_streams) if self.deflate_streams > 1 else []
         deflated = 0  # images deflated on the device: side[i % len(side)] took image i
         copies = []
+        if (
+            filtered
+            and self.tail is not None
+            and all(jpeg is None for jpeg in jpegs)
+            and all(out.height for _, out in live)
+        ):
+            copies = self._queue_tail(stage, live, owned, side)
+            live, jpegs = [], []  # (all queued, the side streams joined)
         for (item, out), jpeg in zip(live, jpegs, strict=True):
             if jpeg is not None:
                 copies.append((item, None, None, jpeg))
@@ -250,12 +261,50 @@ class DriverEngine(DeviceEngine):
         for ptr in owned:  # stream order: reused only after the copies above
             stage.device.free(ptr, stage.stream)
         owned.clear()
-        share = seconds / len(live)
         self._taken = []  # from here on each buffer is its encode thread's to give back
         for item, buffer, host, jpeg in copies:
             item.result.seconds["device"] = share
             self.encoders.submit(self._finish, item, event, buffer, host, jpeg)
         return event
+
+    def _queue_tail(
+        self,
+        stage: DriverStage,
+        live: list[tuple[_Item, DeviceImage]],
+        owned: list[int],
+        side: list[Any],
+    ) -> list[tuple[_Item, Any, np.ndarray, None]]:
+        """The PNG tail of every output (filter, device deflate, the copies into pinned
+        buffers laid out as the PNG file, as _filter_rows and _deflate_rows queue it) in one
+        native call per TAIL_CHUNK images (imgops.engine.native_batch): a chunk's launches
+        start while the next chunk's pinned buffers are taken from the pool."""
+        from ..io.png import filter_code_for
+        from .cuda_driver import CudaError
+
+        kernels = self.deflate
+        code = filter_code_for(self.settings.png_level)
+        streams = [stage.stream, *side]
+        copies = []
+        for start in range(0, len(live), TAIL_CHUNK):
+            chunk = live[start : start + TAIL_CHUNK]
+            images = np.empty((len(chunk), 6), dtype=np.int64)
+            for n, (item, out) in enumerate(chunk):
+                out_bytes = kernels.png_deflate_layout(out.row_bytes + 1, out.height)[2]
+                room = kernels.png_file_room(out_bytes)
+                buffer = self._acquire(room + 8)  # the stream's length in the last 8 bytes
+                images[n] = (out.ptr, out.pitch, out.row_bytes, out.height, out.channels,
+                             buffer.ptr)  # fmt: skip
+                item.extra["out_shape"], item.extra["itemsize"] = out.shape, 1
+                item.extra["zlib"] = (room, out_bytes)
+                copies.append((item, buffer, buffer.array()[: room + 8], None))
+            stage.device.make_current()
+            last = start + TAIL_CHUNK >= len(live)
+            try:
+                self.tail.queue(images, code, streams, first=start, join=last)
+            except CudaError as error:
+                owned.extend(getattr(error, "owned", ()))
+                raise
+        return copies
 
     def _acquire(self, nbytes: int) -> Any:
         """A pinned buffer of at least nbytes from the pool (the wait is timed)."""
@@ -435,6 +484,10 @@ class DriverEngine(DeviceEngine):
             if self.pool is not None and self.pool is not self.stage.pinned_pool:
                 self.pool.close()
             self.stage.close()
+
+
+#: Images per native call of the PNG tail (_queue_tail).
+TAIL_CHUNK = 8
 
 
 def finish_to_file_wanted() -> bool:

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# The native PNG tail (imgops.engine.native_batch) on the GPU: its tests and the driver's
+# (tests/test_native_tail.py, tests/test_cuda_driver.py: every image's file the CPU encoder's,
+# byte for byte), then one warm `imgops serve` writing the 800 photos with the native tail and
+# with the per-image Python one (IMGOPS_DEVICE_TAIL=python): the two folders must hold the
+# same bytes. $OUT/native-tail-tests.txt, $OUT/native-tail.txt.
+# SERVE_DEVICE=cpu: no GPU (a dry run of the script: both folders come from the CPU path).
+set -uo pipefail
+OUT=${OUT:-$PWD/gpu-check-out}
+mkdir -p "$OUT"
+PY=${PYTHON:-python3}
+DEV=${SERVE_DEVICE:-cuda}
+REPORT=$OUT/native-tail.txt
+export PYTHONUNBUFFERED=1
+$PY -m pytest -q -rs -p no:cacheprovider tests/test_native_tail.py tests/test_cuda_driver.py \
+  >"$OUT/native-tail-tests.txt" 2>&1
+echo "tests rc=$? $(tail -n 1 "$OUT/native-tail-tests.txt")" | tee "$REPORT"
+. scripts/gpu-check.d/photo-batches.bash
+photo_batches native-tail
+mkdir -p /tmp/imgops-native-tail && chmod 700 /tmp/imgops-native-tail
+SOCKET=/tmp/imgops-native-tail/server.sock
+$PY -m imgops.entry serve --device "$DEV" --idle-timeout 0 --socket "$SOCKET" -v \
+  2>"$OUT/native-tail-server.log" &
+SERVER=$!
+for _ in $(seq 900); do
+  grep -q "ready at" "$OUT/native-tail-server.log" && break
+  sleep 0.1
+done
+for tail in native python native python; do
+  IMGOPS_DEVICE_TAIL=$tail IMGOPS_SERVER=$SOCKET timed_gray "/tmp/imgops-native-tail-$tail" \
+    "/tmp/imgops-native-tail-$tail.json" "/tmp/imgops-native-tail-$tail.err" "$BATCH" \
+    --device "$DEV"
+  echo "$tail rc=$GRAY_RC $GRAY_MS ms $(ls "/tmp/imgops-native-tail-$tail" | wc -l) files" \
+    "$(engine_stats "/tmp/imgops-native-tail-$tail.json")" | tee -a "$REPORT"
+done
+$PY -m imgops.entry serve --stop --socket "$SOCKET"
+wait "$SERVER"
+$PY - /tmp/imgops-native-tail-native /tmp/imgops-native-tail-python <<'PYEOF' | tee -a "$REPORT"
+# The two folders: the same names, the same bytes.
+import sys
+from pathlib import Path
+a, b = (Path(p) for p in sys.argv[1:3])
+names = sorted(p.name for p in a.iterdir())
+other = sorted(p.name for p in b.iterdir())
+differ = [n for n in names if n in other and (a / n).read_bytes() != (b / n).read_bytes()]
+print(f"native vs python tail: {len(names)} and {len(other)} files, same names "
+      f"{names == other}, {len(differ)} differ{': ' + ', '.join(differ[:5]) if differ else ''}")
+PYEOF
+rm -rf /tmp/imgops-native-tail-native /tmp/imgops-native-tail-python
