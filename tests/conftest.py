@@ -6,6 +6,7 @@ import os
 from pathlib import Path
 
 import pytest
+from driver_backends import backend, fake, fake_library, gpu  # noqa: F401 (fixtures)
 from hypothesis import HealthCheck, settings
 
 SAMPLES = Path(__file__).resolve().parent.parent / "samples"
@@ -21,23 +22,38 @@ settings.load_profile("ci" if os.environ.get("CI") else "dev")
 
 
 def cuda_ready() -> bool:
-    """A GPU is visible and the CUDA kernels are compiled in."""
+    """A GPU is visible and the CUDA kernels are compiled in (False where the torch extension
+    is not prebuilt and IMGOPS_NO_JIT=1 forbids building it)."""
     import torch
 
     if not torch.cuda.is_available():
         return False
     from imgops import _extension
 
-    return bool(_extension.load().get("cuda_kernels"))
+    try:
+        return bool(_extension.load().get("cuda_kernels"))
+    except _extension.ExtensionError:
+        return False
+
+
+def gpu_driver_ready() -> bool:
+    """The CUDA driver sees a GPU and imgops' fatbin kernels are packaged (the torch-free
+    engine's needs; torch is not imported)."""
+    from imgops.engine import cuda_driver
+
+    return cuda_driver.driver_available() and cuda_driver.kernels_path() is not None
 
 
 def pytest_collection_modifyitems(config, items):
-    if cuda_ready():
-        return
-    skip = pytest.mark.skip(reason="needs a CUDA GPU and imgops' CUDA kernels")
-    for item in items:
-        if "cuda" in item.keywords:
-            item.add_marker(skip)
+    checks = [
+        ("cuda", cuda_ready, "needs a CUDA GPU and imgops' CUDA kernels"),
+        ("gpu_driver", gpu_driver_ready, "needs a GPU through the CUDA driver and the fatbin"),
+    ]
+    for mark, ready, reason in checks:
+        marked = [item for item in items if mark in item.keywords]
+        if marked and not ready():
+            for item in marked:
+                item.add_marker(pytest.mark.skip(reason=reason))
 
 
 def _device_params():

@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 from decode_order import FILL, StreamHold, probe, start_stage
 
-pytestmark = pytest.mark.cuda
+pytestmark = pytest.mark.gpu_driver
 
 
 @pytest.fixture(scope="module")

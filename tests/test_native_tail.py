@@ -3,7 +3,7 @@ a batch's PNG filters, device deflates and copies queued in one native call, thr
 driver's own functions.
 
 On the stand-in libcuda (tests/fake_cuda, its kernels are the CPU references) in CI, and on a
-GPU (marked cuda): every image's PNG file must be the CPU encoder's, byte for byte; a failed
+GPU (marked gpu_driver): every image's PNG file must be the CPU encoder's, byte for byte; a failed
 driver call names itself and hands back the memory it still owns; and the torch-free engine
 writes the CPU path's bytes with the native tail as with the per-image Python one.
 """
@@ -16,14 +16,7 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
-from test_cuda_driver import (  # noqa: F401 (fixtures)
-    FATBIN_MAGIC,
-    Backend,
-    backend,
-    fake,
-    fake_library,
-    gpu,
-)
+from driver_backends import FATBIN_MAGIC, Backend  # (the backend fixtures come with conftest)
 
 from imgops.engine import cuda_driver as cd
 from imgops.engine.native_batch import IMAGE_FIELDS, PngTail, png_tail_for
@@ -88,7 +81,8 @@ def _run_tail(backend, shapes, code, sides, chunk, rng):
             tail.queue(images[start : start + chunk], code, streams, first=start, join=last)
         backend.stream.synchronize()
         files = []
-        for (buffer, room, out_bytes), (height, width, channels) in zip(pinned, shapes):
+        for (buffer, room, out_bytes), shape in zip(pinned, shapes, strict=True):
+            height, width, channels = shape
             host = buffer.array()
             size = int(host[room : room + 8].view(np.uint64)[0])
             assert 6 <= size <= out_bytes
@@ -114,7 +108,7 @@ def test_the_native_tail_writes_the_cpu_encoders_files(backend, code, sides, chu
     rng = np.random.default_rng()
     shapes = [SHAPES[int(i)] for i in rng.permutation(len(SHAPES))]
     files, expected = _run_tail(backend, shapes, code, sides, chunk, rng)
-    for got, want, shape in zip(files, expected, shapes):
+    for got, want, shape in zip(files, expected, shapes, strict=True):
         assert got == want, shape
 
 
@@ -289,7 +283,7 @@ def test_the_engine_writes_the_cpu_paths_bytes_over_the_stand_in_driver(
     (tmp_path / "cpu").mkdir()
     cpu_jobs = [Job(p, tmp_path / "cpu" / f"{i:02d}.png", p.name) for i, p in enumerate(paths)]
     run_batch(cpu_jobs, GRAY, PipelineSettings(device="cpu", jobs=2, png_level=2))
-    for job, cpu_job in zip(jobs, cpu_jobs):
+    for job, cpu_job in zip(jobs, cpu_jobs, strict=True):
         assert job.target.read_bytes() == cpu_job.target.read_bytes(), job.source.name
     assert (engine.tail is not None) == (tail == "native")
     assert ctypes.c_int.in_dll(ctypes.CDLL(str(fake_library)), "fake_live_allocations").value == 0

@@ -388,7 +388,7 @@ def test_a_failed_gray_call_gives_the_colour_images_memory_back(monkeypatch):
     decoder.close()
 
 
-@pytest.mark.cuda
+@pytest.mark.gpu_driver
 def test_on_the_gpu_it_decodes_what_the_python_module_decodes(tmp_path: Path):
     """GPU backends (hardware engine, then CUDA): the C API binding gives the Python module's
     pixels exactly, into stream-ordered memory of ours, and stays within 2 levels of OpenCV."""

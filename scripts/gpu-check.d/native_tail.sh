@@ -12,7 +12,8 @@ PY=${PYTHON:-python3}
 DEV=${SERVE_DEVICE:-cuda}
 REPORT=$OUT/native-tail.txt
 export PYTHONUNBUFFERED=1
-$PY -m pytest -q -rs -p no:cacheprovider tests/test_native_tail.py tests/test_cuda_driver.py \
+IMGOPS_NO_JIT=1 timeout 300 $PY -m pytest -q -rs -p no:cacheprovider tests/test_native_tail.py tests/test_cuda_driver.py \
+  tests/test_decode_stream_order.py tests/test_nvimgcodec_c.py \
   >"$OUT/native-tail-tests.txt" 2>&1
 echo "tests rc=$? $(tail -n 1 "$OUT/native-tail-tests.txt")" | tee "$REPORT"
 . scripts/gpu-check.d/photo-batches.bash
