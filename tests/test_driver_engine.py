@@ -271,10 +271,10 @@ class FakeDecoder:
 
 @pytest.fixture(autouse=True)
 def python_png_tail(monkeypatch):
-    """The PNG tail per image from Python, through the stand-ins here (which check the stream
-    order of every use); the native tail runs over the stand-in libcuda in
+    """The op and the PNG tail per image from Python, through the stand-ins here (which check
+    the stream order of every use); the native calls run over the stand-in libcuda in
     tests/test_native_tail.py."""
-    monkeypatch.setenv("IMGOPS_DEVICE_TAIL", "python")
+    monkeypatch.setenv("IMGOPS_DEVICE_NATIVE", "none")
 
 
 @pytest.fixture

@@ -19,20 +19,20 @@ import pytest
 from driver_backends import FATBIN_MAGIC, Backend  # (the backend fixtures come with conftest)
 
 from imgops.engine import cuda_driver as cd
-from imgops.engine.native_batch import IMAGE_FIELDS, PngTail, png_tail_for
+from imgops.engine.native_batch import COLOUR_FIELDS, IMAGE_FIELDS, NativeCalls, native_calls_for
 
 kernels_module = pytest.importorskip("imgops._cli_kernels")
-if not hasattr(kernels_module, "device_png_tail"):  # an older build of the module
-    pytest.skip("imgops._cli_kernels has no device_png_tail", allow_module_level=True)
+if not hasattr(kernels_module, "device_gray"):  # an older build of the module
+    pytest.skip("imgops._cli_kernels has no native device calls", allow_module_level=True)
 
 SAMPLES = Path(__file__).resolve().parent.parent / "samples"
 JPEGS = sorted(SAMPLES.glob("*.jpg"))
 
 
 def _stage(backend: Backend) -> SimpleNamespace:
-    """What PngTail takes from a DriverStage."""
+    """What NativeCalls takes from a DriverStage."""
     return SimpleNamespace(
-        device=backend.device, kernels=backend.kernels, stream=backend.stream, png_tail=None
+        device=backend.device, kernels=backend.kernels, stream=backend.stream, native_calls=None
     )
 
 
@@ -57,7 +57,7 @@ def _run_tail(backend, shapes, code, sides, chunk, rng):
     """Uploads pitched images, queues their tail in chunks and returns (files, expected)."""
     module = kernels_module
     stage = _stage(backend)
-    tail = PngTail(stage, module)
+    tail = NativeCalls(stage, module)
     streams = [backend.stream, *[backend.device.stream() for _ in range(sides)]]
     uploads, pinned, expected, fields = [], [], [], []
     try:
@@ -78,7 +78,7 @@ def _run_tail(backend, shapes, code, sides, chunk, rng):
         images = np.array(fields, dtype=np.int64).reshape(-1, IMAGE_FIELDS)
         for start in range(0, len(shapes), chunk):
             last = start + chunk >= len(shapes)
-            tail.queue(images[start : start + chunk], code, streams, first=start, join=last)
+            tail.png_tail(images[start : start + chunk], code, streams, first=start, join=last)
         backend.stream.synchronize()
         files = []
         for (buffer, room, out_bytes), shape in zip(pinned, shapes, strict=True):
@@ -119,14 +119,14 @@ def test_the_native_tail_on_a_photo_of_many_blocks(backend):
     height, width = gray.shape
     module = kernels_module
     stage = _stage(backend)
-    tail = PngTail(stage, module)
+    tail = NativeCalls(stage, module)
     src = backend.upload(gray)
     out_bytes = module.png_deflate_layout(width + 1, height)[2]
     room = module.png_file_room(out_bytes)
     try:
         with backend.device.pinned(room + 8) as buffer:
             images = np.array([[src, width, width, height, 1, buffer.ptr]], np.int64)
-            tail.queue(images, 4, [backend.stream], first=0, join=True)
+            tail.png_tail(images, 4, [backend.stream], first=0, join=True)
             backend.stream.synchronize()
             host = buffer.array()
             size = int(host[room : room + 8].view(np.uint64)[0])
@@ -153,7 +153,7 @@ def test_a_failed_driver_call_names_itself_and_hands_back_its_memory(fake):
     """A side stream the driver refuses (the stand-in checks handles): the call that failed
     is named, and the rows and workspace already allocated come back to be freed."""
     module = kernels_module
-    tail = PngTail(_stage(fake), module)
+    tail = NativeCalls(_stage(fake), module)
     src = fake.upload(np.zeros((4, 8), np.uint8))
     live = ctypes.c_int.in_dll(fake.lib, "fake_live_allocations").value
     bogus = SimpleNamespace(handle=tail._event._handle)  # an event, not a stream
@@ -161,7 +161,7 @@ def test_a_failed_driver_call_names_itself_and_hands_back_its_memory(fake):
         with fake.device.pinned(4096) as buffer:
             images = np.array([[src, 8, 8, 4, 1, buffer.ptr]], np.int64)
             with pytest.raises(cd.CudaError, match=r"cuStreamWaitEvent") as raised:
-                tail.queue(images, 0, [fake.stream, bogus], first=0, join=True)
+                tail.png_tail(images, 0, [fake.stream, bogus], first=0, join=True)
         owned = raised.value.owned
         assert len(owned) == 2
         assert ctypes.c_int.in_dll(fake.lib, "fake_live_allocations").value == live + 2
@@ -179,40 +179,144 @@ def test_a_failed_driver_call_names_itself_and_hands_back_its_memory(fake):
 def test_the_native_tail_refuses_a_bad_image(fake, field, value):
     """A null pointer, a pitch under the row, no rows, a bpp outside 1..8: ValueError, and
     nothing is queued."""
-    tail = PngTail(_stage(fake), kernels_module)
+    tail = NativeCalls(_stage(fake), kernels_module)
     before = fake.counter("fake_launches")
     images = np.array([[0x1000, 8, 8, 4, 1, 0x2000]], np.int64)
     images[0, field] = value
     try:
         with pytest.raises(ValueError, match="not a valid 8-bit image"):
-            tail.queue(images, 0, [fake.stream], first=0, join=True)
+            tail.png_tail(images, 0, [fake.stream], first=0, join=True)
         assert fake.counter("fake_launches") == before
     finally:
         tail.close()
 
 
-def test_the_native_tail_refuses_a_short_table():
-    with pytest.raises(ValueError, match="14-entry table"):
+def test_the_native_calls_refuse_a_short_table():
+    with pytest.raises(ValueError, match="15-entry table"):
         kernels_module.device_png_tail(
-            np.zeros(13, np.int64), np.zeros((0, 6), np.int64), 0, np.ones(1, np.int64), 1, 0, 1
+            np.zeros(14, np.int64), np.zeros((0, 6), np.int64), 0, np.ones(1, np.int64), 1, 0, 1
         )
     with pytest.raises(ValueError, match="multiple of 6"):
         kernels_module.device_png_tail(
-            np.zeros(14, np.int64), np.zeros(5, np.int64), 0, np.ones(1, np.int64), 1, 0, 1
+            np.zeros(15, np.int64), np.zeros(5, np.int64), 0, np.ones(1, np.int64), 1, 0, 1
         )
+    with pytest.raises(ValueError, match="15-entry table"):
+        kernels_module.device_gray(np.zeros(14, np.int64), np.zeros((0, 5), np.int64), 1)
+    with pytest.raises(ValueError, match="misses a driver function"):
+        kernels_module.device_gray(np.zeros(15, np.int64), np.zeros((0, 5), np.int64), 1)
 
 
-def test_the_tail_is_made_once_per_stage_and_can_be_switched_off(fake, monkeypatch):
+@pytest.mark.parametrize(
+    ("value", "op", "tail"),
+    [("all", True, True), ("tail", False, True), ("op", True, False), ("none", False, False),
+     ("bogus", True, True)],
+)  # fmt: skip
+def test_the_native_calls_are_made_once_per_stage_and_can_be_switched_off(
+    fake, monkeypatch, value, op, tail
+):
+    monkeypatch.setenv("IMGOPS_DEVICE_NATIVE", value)
     stage = _stage(fake)
-    tail = png_tail_for(stage, kernels_module)
     try:
-        assert isinstance(tail, PngTail) and png_tail_for(stage, kernels_module) is tail
-        monkeypatch.setenv("IMGOPS_DEVICE_TAIL", "python")
-        assert png_tail_for(_stage(fake), kernels_module) is None
-        monkeypatch.setenv("IMGOPS_DEVICE_TAIL", "native")
-        assert png_tail_for(_stage(fake), SimpleNamespace()) is None  # an older module
+        got = native_calls_for(stage, "op"), native_calls_for(stage, "tail")
+        assert (got[0] is not None, got[1] is not None) == (op, tail)
+        made = [calls for calls in got if calls is not None]
+        assert all(calls is stage.native_calls for calls in made)
     finally:
-        tail.close()
+        if stage.native_calls is not None:
+            stage.native_calls.close()
+
+
+def test_without_the_native_functions_everything_runs_from_python(fake, monkeypatch):
+    import imgops.engine.native_batch as native_batch
+    from imgops import native
+
+    monkeypatch.setattr(native, "cli_kernels", lambda: SimpleNamespace())
+    assert native_batch.native_calls_for(_stage(fake), "op") is None
+    assert native_batch.native_calls_for(_stage(fake), "tail") is None
+
+
+# --- the gray op's batch form -------------------------------------------------------------------
+
+
+def _luma(rgb: np.ndarray, bgr: bool) -> np.ndarray:
+    wide = rgb.astype(np.int64)
+    red, blue = (wide[..., 2], wide[..., 0]) if bgr else (wide[..., 0], wide[..., 2])
+    return ((299 * red + 587 * wide[..., 1] + 114 * blue + 500) // 1000).astype(np.uint8)
+
+
+GRAY_SHAPES = [(1, 1), (3, 31), (17, 257), (300, 1000), (2, 70000)]
+
+
+@pytest.mark.parametrize("bgr", [False, True])
+def test_device_gray_gives_the_exact_luma(backend, bgr):
+    rng = np.random.default_rng()
+    calls = NativeCalls(_stage(backend), kernels_module)
+    uploads, outs, expected, fields = [], [], [], []
+    try:
+        for height, width in GRAY_SHAPES:
+            pad = int(rng.integers(0, 50))
+            padded = rng.integers(0, 256, (height, 3 * width + pad), dtype=np.uint8)
+            uploads.append(backend.upload(padded))
+            rgb = padded[:, : 3 * width].reshape(height, width, 3)
+            expected.append(_luma(rgb, bgr))
+            fields.append((uploads[-1], padded.shape[1], width, height, int(bgr)))
+        outs = calls.gray(np.array(fields, np.int64).reshape(-1, COLOUR_FIELDS), backend.stream)
+        assert len(outs) == len(GRAY_SHAPES) and len(set(outs)) == len(outs)
+        for ptr, want in zip(outs, expected, strict=True):
+            got = backend.download(ptr, want.size).reshape(want.shape)
+            np.testing.assert_array_equal(got, want)
+    finally:
+        backend.free(*uploads, *outs)
+        calls.close()
+
+
+def test_device_gray_launches_as_the_python_op_does(fake):
+    """The grid of kernels.gray_u8; an empty image gets a 1-byte output and no launch."""
+    calls = NativeCalls(_stage(fake), kernels_module)
+    src = fake.upload(np.zeros((5, 3 * 700), np.uint8))
+    before = fake.counter("fake_launches")
+    outs = calls.gray(np.array([[src, 2100, 700, 5, 0], [src, 0, 0, 0, 0]], np.int64), fake.stream)
+    try:
+        assert fake.counter("fake_launches") - before == 1 and len(outs) == 2
+        assert fake.launch_shape() == ([3, 5, 1], [256, 1, 1])
+        fake.kernels.gray_u8(src, 2100, outs[0], 700, 700, 5, False, fake.stream)
+        assert fake.launch_shape() == ([3, 5, 1], [256, 1, 1])
+    finally:
+        fake.free(src, *outs)
+        calls.close()
+
+
+@pytest.mark.parametrize("field", [(1, 5), (2, -1), (3, -1), (0, 0)])
+def test_device_gray_refuses_a_bad_image(fake, field):
+    calls = NativeCalls(_stage(fake), kernels_module)
+    images = np.array([[0x1000, 30, 10, 4, 0]], np.int64)
+    images[0, field[0]] = field[1]
+    try:
+        with pytest.raises(ValueError, match="not a valid colour image"):
+            calls.gray(images, fake.stream)
+    finally:
+        calls.close()
+
+
+def test_a_failed_gray_call_hands_back_the_outputs_it_made(fake):
+    """A stream the driver refuses (the stand-in checks handles): the call that failed is
+    named and nothing is left allocated; on the stage's stream the same images give one
+    output each."""
+    calls = NativeCalls(_stage(fake), kernels_module)
+    src = fake.upload(np.zeros((2, 6), np.uint8))
+    live = ctypes.c_int.in_dll(fake.lib, "fake_live_allocations").value
+    try:
+        images = np.array([[src, 6, 2, 2, 0], [src, 6, 2, 2, 0]], np.int64)
+        bogus = SimpleNamespace(handle=calls._event._handle)  # an event, not a stream
+        with pytest.raises(cd.CudaError, match="cuMemAllocAsync") as raised:
+            calls.gray(images, bogus)
+        assert raised.value.owned == []
+        outs = calls.gray(images, fake.stream)
+        assert ctypes.c_int.in_dll(fake.lib, "fake_live_allocations").value == live + 2
+        fake.free(*outs)
+    finally:
+        fake.free(src)
+        calls.close()
 
 
 # --- the whole engine over the stand-in libcuda -----------------------------------------------
@@ -253,12 +357,12 @@ class HostDecoder:
         return out
 
 
-@pytest.mark.parametrize("tail", ["native", "python"])
+@pytest.mark.parametrize("native", ["all", "tail", "op", "none"])
 def test_the_engine_writes_the_cpu_paths_bytes_over_the_stand_in_driver(
-    tmp_path, fake_library, monkeypatch, tail
+    tmp_path, fake_library, monkeypatch, native
 ):
     """DriverEngine on the real ctypes driver layer over the stand-in libcuda: the same files
-    as the CPU path, with the native PNG tail and with the per-image Python one."""
+    as the CPU path, with the native calls and with the per-image Python ones."""
     from imgops.engine import GRAY, Job, PipelineSettings, run_batch
     from imgops.engine.driver import DriverEngine
 
@@ -267,7 +371,7 @@ def test_the_engine_writes_the_cpu_paths_bytes_over_the_stand_in_driver(
     fatbin = tmp_path / cd.KERNELS_NAME
     fatbin.write_bytes(FATBIN_MAGIC + bytes(60))
     monkeypatch.setattr(cd, "kernels_path", lambda: fatbin)
-    monkeypatch.setenv("IMGOPS_DEVICE_TAIL", tail)
+    monkeypatch.setenv("IMGOPS_DEVICE_NATIVE", native)
     monkeypatch.setenv("IMGOPS_GPU_DEFLATE", "1")
     paths = JPEGS * 3
     settings = PipelineSettings(device="cuda", jobs=2, batch_size=5, png_level=2)
@@ -285,5 +389,7 @@ def test_the_engine_writes_the_cpu_paths_bytes_over_the_stand_in_driver(
     run_batch(cpu_jobs, GRAY, PipelineSettings(device="cpu", jobs=2, png_level=2))
     for job, cpu_job in zip(jobs, cpu_jobs, strict=True):
         assert job.target.read_bytes() == cpu_job.target.read_bytes(), job.source.name
-    assert (engine.tail is not None) == (tail == "native")
+    assert (engine.tail is not None) == (native in ("all", "tail"))
+    launches = ctypes.c_int.in_dll(ctypes.CDLL(str(fake_library)), "fake_launches").value
+    assert launches > 0
     assert ctypes.c_int.in_dll(ctypes.CDLL(str(fake_library)), "fake_live_allocations").value == 0

@@ -1,10 +1,12 @@
-// The torch-free CUDA engine's PNG tail for a whole batch in one call: for each image, the PNG
-// row filter kernel, then the device deflate (png_deflate_kernels.cuh's five kernels) on a side
-// stream, and the copies of the zlib stream and of its length into the image's pinned buffer,
-// laid out as the PNG file (png_encode.h's kHeadBytes first). The same launches, in the same
-// order, that imgops.engine.driver queued one Python call at a time; here they are queued with
-// the GIL released, so the device thread stops contending for it with the prep and encode
-// threads between every launch.
+// The torch-free CUDA engine's device work for many images in one call each (the GIL released,
+// so the device thread stops contending for it with the prep and encode threads between every
+// launch), the same launches, in the same order, that imgops.engine.driver and the op queue one
+// Python call at a time:
+// - queue_gray: each colour image's gray output allocated and the luma kernel launched;
+// - queue_png_tail: for each image, the PNG row filter kernel, then the device deflate
+//   (png_deflate_kernels.cuh's five kernels) on a side stream, and the copies of the zlib
+//   stream and of its length into the image's pinned buffer, laid out as the PNG file
+//   (png_encode.h's kHeadBytes first).
 //
 // No CUDA header: the driver's functions come as addresses (the libcuda that
 // imgops.engine.cuda_driver loaded, or the tests' stand-in), the kernels as CUfunction handles
@@ -40,11 +42,12 @@ struct Driver {
   MemcpyDtoHAsync copy_to_host = nullptr;
   EventRecord record = nullptr;
   StreamWaitEvent wait = nullptr;
+  void* gray = nullptr;
   void* png_filter = nullptr;
   void* deflate[5] = {nullptr, nullptr, nullptr, nullptr, nullptr};
   int64_t multiprocessors = 1;
 };
-constexpr int kTableEntries = 14;  // the fields of Driver above, each one int64
+constexpr int kTableEntries = 15;  // the fields of Driver above, each one int64
 
 // One image: 8-bit rows in device memory, and the pinned buffer its PNG file is laid out in
 // (at least png_file_bytes(layout.out_bytes) + 8 bytes).
@@ -66,8 +69,21 @@ struct Outcome {
   std::vector<uint64_t> owned;
 };
 
-// The kernels' block sizes (png_filter_kernel.cuh, png_deflate_kernels.cuh) and their grids, as
-// imgops.engine.cuda_driver.Kernels launches them.
+// One colour image for queue_gray: interleaved 3-channel rows in device memory.
+struct ColourImage {
+  uint64_t src = 0;
+  int64_t pitch = 0;  // bytes between row starts, >= 3 * width
+  int64_t width = 0;
+  int64_t height = 0;
+  int64_t bgr = 0;  // 1: the channels are B, G, R
+};
+constexpr int kColourFields = 5;
+
+// The kernels' block sizes (engine_kernels.cu, png_filter_kernel.cuh, png_deflate_kernels.cuh)
+// and their grids, as imgops.engine.cuda_driver.Kernels launches them.
+constexpr unsigned kGrayThreads = 256;
+constexpr int64_t kMaxGridX = 0x7FFFFFFF;
+constexpr int64_t kMaxGridY = 65535;
 constexpr unsigned kFilterThreads = 256;
 constexpr unsigned kDeflateBlockThreads = 512;
 constexpr unsigned kDeflateSampleThreads = 128;
@@ -75,6 +91,43 @@ constexpr unsigned kDeflateSampleThreads = 128;
 inline unsigned clamp_grid(int64_t wanted, int64_t most) {
   const int64_t grid = wanted < most ? wanted : most;
   return static_cast<unsigned>(grid < 1 ? 1 : grid);
+}
+
+// Queues, on `stream`, each image's gray output (width * height bytes, packed, from the
+// stream-ordered pool; at least 1 byte) and the luma kernel that fills it. Outcome::owned holds
+// every output allocated, in image order: on success one per image, the outputs.
+inline Outcome queue_gray(const Driver& d, const ColourImage* images, size_t count,
+                          void* stream) {
+  Outcome done;
+  for (size_t i = 0; i < count; ++i) {
+    const ColourImage& image = images[i];
+    unsigned long long out = 0;
+    const int64_t bytes = image.width * image.height;
+    if (int e = d.alloc(&out, static_cast<size_t>(bytes > 0 ? bytes : 1), stream)) {
+      done.code = e;
+      done.call = "cuMemAllocAsync";
+      return done;
+    }
+    done.owned.push_back(out);
+    if (image.width == 0 || image.height == 0) continue;
+    // one thread per pixel across (blocks no wider than the row), one block row per image row
+    // up to the grid's limit; the kernel's grid-stride loops cover the rest
+    const int64_t rounded = (image.width + 31) / 32 * 32;
+    const unsigned threads = static_cast<unsigned>(rounded < kGrayThreads ? rounded : kGrayThreads);
+    const unsigned grid_x = clamp_grid((image.width + threads - 1) / threads, kMaxGridX);
+    const unsigned grid_y = clamp_grid(image.height, kMaxGridY);
+    unsigned long long src = image.src, dst = out;
+    long long src_pitch = image.pitch, dst_pitch = image.width;
+    long long width = image.width, height = image.height;
+    int bgr = image.bgr ? 1 : 0;
+    void* params[] = {&src, &src_pitch, &dst, &dst_pitch, &width, &height, &bgr};
+    if (int e = d.launch(d.gray, grid_x, grid_y, 1, threads, 1, 1, 0, stream, params, nullptr)) {
+      done.code = e;
+      done.call = "cuLaunchKernel imgops_gray_u8";
+      return done;
+    }
+  }
+  return done;
 }
 
 // Queues the PNG tail of every image (see the top of this file). `streams[0]` is the stage's

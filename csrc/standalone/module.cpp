@@ -9,8 +9,9 @@
 //   the device memory it needs, and the PNG file around the zlib stream it makes;
 //   png_finish_zlib_to_file frames that stream and writes the file in one call;
 //   png_encode_filtered_emulated runs that deflate here, for the tests;
-// - device_png_tail queues a batch's PNG filter, device deflate and copies through the CUDA
-//   driver (device_batch.h): one call per batch, the GIL released.
+// - device_gray and device_png_tail queue a batch's luma kernels, and its PNG filters, device
+//   deflates and copies, through the CUDA driver (device_batch.h): one call for many images,
+//   the GIL released.
 // One image (or strip) per call on the calling thread, with the GIL released: the command
 // line's worker threads run several at once.
 #define PY_SSIZE_T_CLEAN
@@ -585,6 +586,87 @@ T from_int64(int64_t value) {
   return reinterpret_cast<T>(static_cast<uintptr_t>(value));
 }
 
+// The driver table (imgops.engine.native_batch: 7 driver functions, 7 kernels, the SM count),
+// or false with ValueError where an entry is missing.
+bool driver_from_table(const int64_t* t, imgops::device::Driver* d) {
+  for (int k = 0; k < imgops::device::kTableEntries - 1; ++k) {
+    if (t[k] == 0) {
+      PyErr_SetString(PyExc_ValueError, "the device table misses a driver function or kernel");
+      return false;
+    }
+  }
+  d->alloc = from_int64<imgops::device::MemAllocAsync>(t[0]);
+  d->free = from_int64<imgops::device::MemFreeAsync>(t[1]);
+  d->launch = from_int64<imgops::device::LaunchKernel>(t[2]);
+  d->memset = from_int64<imgops::device::MemsetD8Async>(t[3]);
+  d->copy_to_host = from_int64<imgops::device::MemcpyDtoHAsync>(t[4]);
+  d->record = from_int64<imgops::device::EventRecord>(t[5]);
+  d->wait = from_int64<imgops::device::StreamWaitEvent>(t[6]);
+  d->gray = from_int64<void*>(t[7]);
+  d->png_filter = from_int64<void*>(t[8]);
+  for (int k = 0; k < 5; ++k) d->deflate[k] = from_int64<void*>(t[9 + k]);
+  d->multiprocessors = t[14] > 0 ? t[14] : 1;
+  return true;
+}
+
+// (code, call, owned) of a queue_* call, as device_png_tail and device_gray return it.
+PyObject* outcome_tuple(const imgops::device::Outcome& done) {
+  PyObject* owned = PyList_New(static_cast<Py_ssize_t>(done.owned.size()));
+  if (owned == nullptr) return nullptr;
+  for (size_t i = 0; i < done.owned.size(); ++i) {
+    PyObject* ptr = PyLong_FromUnsignedLongLong(done.owned[i]);
+    if (ptr == nullptr) {
+      Py_DECREF(owned);
+      return nullptr;
+    }
+    PyList_SET_ITEM(owned, static_cast<Py_ssize_t>(i), ptr);
+  }
+  return Py_BuildValue("(isN)", done.code, done.call, owned);
+}
+
+PyObject* device_gray(PyObject* /*self*/, PyObject* args) {
+  Py_buffer table;
+  Py_buffer images;
+  unsigned long long stream = 0;
+  if (!PyArg_ParseTuple(args, "y*y*K:device_gray", &table, &images, &stream)) return nullptr;
+  struct Release {
+    Py_buffer* buffers[2];
+    ~Release() {
+      for (Py_buffer* b : buffers) PyBuffer_Release(b);
+    }
+  } release{{&table, &images}};
+  size_t entries = 0, count = 0;
+  const int64_t* t = int64_values(table, 1, &entries, "table");
+  const int64_t* raw = int64_values(images, imgops::device::kColourFields, &count, "images");
+  if (t == nullptr || raw == nullptr) return nullptr;
+  if (entries != imgops::device::kTableEntries || stream == 0) {
+    PyErr_SetString(PyExc_ValueError, "device_gray needs the 15-entry table and a stream");
+    return nullptr;
+  }
+  imgops::device::Driver d;
+  if (!driver_from_table(t, &d)) return nullptr;
+  std::vector<imgops::device::ColourImage> list(count);
+  for (size_t i = 0; i < count; ++i) {
+    const int64_t* f = raw + i * imgops::device::kColourFields;
+    imgops::device::ColourImage& image = list[i];
+    image.src = static_cast<uint64_t>(f[0]);
+    image.pitch = f[1];
+    image.width = f[2];
+    image.height = f[3];
+    image.bgr = f[4];
+    if (image.width < 0 || image.height < 0 || image.width > (int64_t{1} << 40) ||
+        image.pitch < 3 * image.width || (image.src == 0 && image.width * image.height > 0)) {
+      PyErr_Format(PyExc_ValueError, "device_gray: image %zu is not a valid colour image", i);
+      return nullptr;
+    }
+  }
+  imgops::device::Outcome done;
+  Py_BEGIN_ALLOW_THREADS;
+  done = imgops::device::queue_gray(d, list.data(), count, reinterpret_cast<void*>(stream));
+  Py_END_ALLOW_THREADS;
+  return outcome_tuple(done);
+}
+
 PyObject* device_png_tail(PyObject* /*self*/, PyObject* args) {
   Py_buffer table;
   Py_buffer images;
@@ -610,7 +692,7 @@ PyObject* device_png_tail(PyObject* /*self*/, PyObject* args) {
   if (t == nullptr || raw == nullptr || s == nullptr) return nullptr;
   if (entries != imgops::device::kTableEntries || stream_count < 1 || event == 0) {
     PyErr_SetString(PyExc_ValueError,
-                    "device_png_tail needs the 14-entry table, a stream and an event");
+                    "device_png_tail needs the 15-entry table, a stream and an event");
     return nullptr;
   }
   if (filter < -1 || filter > 4 || first < 0) {
@@ -618,23 +700,7 @@ PyObject* device_png_tail(PyObject* /*self*/, PyObject* args) {
     return nullptr;
   }
   imgops::device::Driver d;
-  d.alloc = from_int64<imgops::device::MemAllocAsync>(t[0]);
-  d.free = from_int64<imgops::device::MemFreeAsync>(t[1]);
-  d.launch = from_int64<imgops::device::LaunchKernel>(t[2]);
-  d.memset = from_int64<imgops::device::MemsetD8Async>(t[3]);
-  d.copy_to_host = from_int64<imgops::device::MemcpyDtoHAsync>(t[4]);
-  d.record = from_int64<imgops::device::EventRecord>(t[5]);
-  d.wait = from_int64<imgops::device::StreamWaitEvent>(t[6]);
-  d.png_filter = from_int64<void*>(t[7]);
-  for (int k = 0; k < 5; ++k) d.deflate[k] = from_int64<void*>(t[8 + k]);
-  d.multiprocessors = t[13] > 0 ? t[13] : 1;
-  for (int k = 0; k < 13; ++k) {
-    if (t[k] == 0) {
-      PyErr_SetString(PyExc_ValueError,
-                      "device_png_tail: a driver function or kernel is missing");
-      return nullptr;
-    }
-  }
+  if (!driver_from_table(t, &d)) return nullptr;
   std::vector<imgops::device::Image> list(count);
   for (size_t i = 0; i < count; ++i) {
     const int64_t* f = raw + i * imgops::device::kImageFields;
@@ -659,17 +725,7 @@ PyObject* device_png_tail(PyObject* /*self*/, PyObject* args) {
                                         stream_count, reinterpret_cast<void*>(event),
                                         static_cast<size_t>(first), join != 0);
   Py_END_ALLOW_THREADS;
-  PyObject* owned = PyList_New(static_cast<Py_ssize_t>(done.owned.size()));
-  if (owned == nullptr) return nullptr;
-  for (size_t i = 0; i < done.owned.size(); ++i) {
-    PyObject* ptr = PyLong_FromUnsignedLongLong(done.owned[i]);
-    if (ptr == nullptr) {
-      Py_DECREF(owned);
-      return nullptr;
-    }
-    PyList_SET_ITEM(owned, static_cast<Py_ssize_t>(i), ptr);
-  }
-  return Py_BuildValue("(isN)", done.code, done.call, owned);
+  return outcome_tuple(done);
 }
 
 PyObject* checksums(PyObject* /*self*/, PyObject* args) {
@@ -740,11 +796,17 @@ PyMethodDef methods[] = {
      "path for a failed open or read. Releases the GIL for the system calls."},
     {"fsync_count", fsync_count, METH_NOARGS,
      "fsync_count() -> int: fsync calls the native writers made in this process (tests)."},
+    {"device_gray", device_gray, METH_VARARGS,
+     "device_gray(table, images, stream) -> (code, call, owned): queues on `stream` each colour\n"
+     "image's packed gray output (width * height bytes of stream-ordered device memory) and\n"
+     "the luma kernel (device_batch.h), the GIL released. images: int64 x 5 each (src, pitch,\n"
+     "width, height, bgr). owned: the outputs allocated, in image order (all of them unless\n"
+     "code, the first CUresult that failed, is not 0; call names it)."},
     {"device_png_tail", device_png_tail, METH_VARARGS,
      "device_png_tail(table, images, filter, streams, event, first, join) -> (code, call,\n"
      "owned): queues the PNG row filter, the device deflate and the copies into pinned buffers\n"
      "of several images through the CUDA driver (device_batch.h), the GIL released.\n"
-     "table: int64 x 14 (the driver functions' and kernels' addresses, the SM count); images:\n"
+     "table: int64 x 15 (the driver functions' and kernels' addresses, the SM count); images:\n"
      "int64 x 6 each (src, pitch, row bytes, height, bpp, pinned); streams: int64, the stage's\n"
      "first (image i deflates on side stream (first + i) % sides); join: the stage's stream\n"
      "then waits for every side stream. code: the first CUresult that failed (0: none), call:\n"

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# The native PNG tail (imgops.engine.native_batch) on the GPU: its tests and the driver's
-# (tests/test_native_tail.py, tests/test_cuda_driver.py: every image's file the CPU encoder's,
-# byte for byte), then one warm `imgops serve` writing the 800 photos with the native tail and
-# with the per-image Python one (IMGOPS_DEVICE_TAIL=python): the two folders must hold the
-# same bytes. $OUT/native-tail-tests.txt, $OUT/native-tail.txt.
+# The device thread's native calls (imgops.engine.native_batch) on the GPU: their tests and the
+# driver's (tests/test_native_tail.py, tests/test_cuda_driver.py: the exact luma, every image's
+# file the CPU encoder's, byte for byte), then one warm `imgops serve` writing the 800 photos
+# with the native calls and with the per-image Python ones (IMGOPS_DEVICE_NATIVE=none): the two
+# folders must hold the same bytes. $OUT/native-tail-tests.txt, $OUT/native-tail.txt.
 # SERVE_DEVICE=cpu: no GPU (a dry run of the script: both folders come from the CPU path).
 set -uo pipefail
 OUT=${OUT:-$PWD/gpu-check-out}
@@ -27,8 +27,8 @@ for _ in $(seq 900); do
   grep -q "ready at" "$OUT/native-tail-server.log" && break
   sleep 0.1
 done
-for tail in native python native python; do
-  IMGOPS_DEVICE_TAIL=$tail IMGOPS_SERVER=$SOCKET timed_gray "/tmp/imgops-native-tail-$tail" \
+for tail in all none all none; do
+  IMGOPS_DEVICE_NATIVE=$tail IMGOPS_SERVER=$SOCKET timed_gray "/tmp/imgops-native-tail-$tail" \
     "/tmp/imgops-native-tail-$tail.json" "/tmp/imgops-native-tail-$tail.err" "$BATCH" \
     --device "$DEV"
   echo "$tail rc=$GRAY_RC $GRAY_MS ms $(ls "/tmp/imgops-native-tail-$tail" | wc -l) files" \
@@ -36,7 +36,7 @@ for tail in native python native python; do
 done
 $PY -m imgops.entry serve --stop --socket "$SOCKET"
 wait "$SERVER"
-$PY - /tmp/imgops-native-tail-native /tmp/imgops-native-tail-python <<'PYEOF' | tee -a "$REPORT"
+$PY - /tmp/imgops-native-tail-all /tmp/imgops-native-tail-none <<'PYEOF' | tee -a "$REPORT"
 # The two folders: the same names, the same bytes.
 import sys
 from pathlib import Path
@@ -44,7 +44,7 @@ a, b = (Path(p) for p in sys.argv[1:3])
 names = sorted(p.name for p in a.iterdir())
 other = sorted(p.name for p in b.iterdir())
 differ = [n for n in names if n in other and (a / n).read_bytes() != (b / n).read_bytes()]
-print(f"native vs python tail: {len(names)} and {len(other)} files, same names "
+print(f"native calls vs none: {len(names)} and {len(other)} files, same names "
       f"{names == other}, {len(differ)} differ{': ' + ', '.join(differ[:5]) if differ else ''}")
 PYEOF
-rm -rf /tmp/imgops-native-tail-native /tmp/imgops-native-tail-python
+rm -rf /tmp/imgops-native-tail-all /tmp/imgops-native-tail-none

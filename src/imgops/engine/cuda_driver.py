@@ -902,12 +902,13 @@ class Kernels:
         ):
             self._launch(function, name, (grid, 1), block, stream, params)
 
-    def png_tail_handles(self) -> list[int]:
-        """The CUfunction handles of the PNG filter and the five deflate kernels, in launch
-        order, for native code that launches them (imgops.engine.native_batch)."""
+    def native_handles(self) -> list[int]:
+        """The CUfunction handles of the gray kernel, the PNG filter and the five deflate
+        kernels, for native code that launches them (imgops.engine.native_batch)."""
         if self._closed:
-            raise CudaError(400, "png_tail_handles", text="the kernels are closed")
-        return [int(self._png_filter.value or 0)] + [int(f.value or 0) for f in self._deflate]
+            raise CudaError(400, "native_handles", text="the kernels are closed")
+        functions = [self._gray, self._png_filter, *self._deflate]
+        return [int(f.value or 0) for f in functions]
 
     def deflate_shapes(self, height: int, layout: DeflateLayout) -> list[tuple[int, int]]:
         """(grid, threads) of each deflate kernel, in launch order: the kernels loop

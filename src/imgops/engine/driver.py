@@ -21,8 +21,9 @@ in one native call (png_finish_zlib_to_file; IMGOPS_FINISH_TO_FILE=0: png_finish
 the write). The deflates of a batch spread over side streams (IMGOPS_DEFLATE_STREAMS, default
 4), each waiting for its image's filtered rows; the stage's stream waits for all of them before
 the batch's event. The filter, deflate and copies of 8 images at a time are queued by one
-native call with the GIL released (imgops.engine.native_batch; IMGOPS_DEVICE_TAIL=python: one
-ctypes call at a time, as _filter_rows and _deflate_rows do). (With IMGOPS_GPU_DEFLATE=0, or
+native call with the GIL released, as are the op's launches where it has a batch form
+(imgops.engine.native_batch; IMGOPS_DEVICE_NATIVE=none: one ctypes call at a time, as
+_filter_rows and _deflate_rows do). (With IMGOPS_GPU_DEFLATE=0, or
 at PNG levels the device deflate does not serve, the filtered rows come back and the encode
 threads deflate them; `-f jpg`: nvImageCodec's encoder.) Device buffers are freed in stream
 order right after the copies are queued.
@@ -52,7 +53,7 @@ from .driver_stage import (
     ready_warm_stage,
     take_prestarted,
 )
-from .native_batch import png_tail_for
+from .native_batch import native_calls_for
 from .types import join_notes
 
 __all__ = ["DeviceImage", "DriverEngine", "DriverStage", "device_image"]
@@ -144,7 +145,7 @@ class DriverEngine(DeviceEngine):
             self.deflate, "png_finish_zlib_to_file"
         )
         self.deflate_streams = _deflate_streams()
-        self.tail = png_tail_for(stage, self.deflate) if self.deflate is not None else None
+        self.tail = native_calls_for(stage, "tail") if self.deflate is not None else None
         self._taken: list[Any] = []  # (set per batch in _run_batch)
 
     def _run_batch(
@@ -161,6 +162,7 @@ class DriverEngine(DeviceEngine):
         owned = [image.ptr for image in map(device_image, images.values()) if image.owned]
         live: list[tuple[_Item, DeviceImage]] = []
         try:
+            pending: list[tuple[_Item, DeviceImage]] = []
             for i, item in enumerate(batch):
                 if i not in images:
                     continue
@@ -170,7 +172,10 @@ class DriverEngine(DeviceEngine):
                 item.order = "rgb" if image.channels == 3 else None
                 item.result.decoder = "nvimgcodec"
                 item.result.shape, item.result.dtype = image.shape, "uint8"
-                out = self.op.driver(stage, image, item.order)  # type: ignore[misc]
+                pending.append((item, image))
+            outs = self._run_op_batch(stage, pending, owned)
+            for n, (item, image) in enumerate(pending):
+                out = outs[n] if outs is not None else self.op.driver(stage, image, item.order)  # type: ignore[misc]
                 if out.owned and out is not image:  # (an op may pass its input through)
                     owned.append(out.ptr)
                 live.append((item, out))
@@ -189,6 +194,24 @@ class DriverEngine(DeviceEngine):
         free, total = stage.device.mem_info()
         self.gpu_peak_bytes = max(self.gpu_peak_bytes or 0, total - free)
         return event, keep
+
+    def _run_op_batch(
+        self, stage: DriverStage, pending: list[tuple[_Item, DeviceImage]], owned: list[int]
+    ) -> list[DeviceImage] | None:
+        """The op over the whole batch in one call (op.driver_batch), or None where the op has
+        no batch form or declines (the caller runs op.driver per image). The outputs a failed
+        call allocated join `owned`, to be freed with the batch's memory."""
+        from .cuda_driver import CudaError
+
+        if self.op.driver_batch is None or not pending:
+            return None
+        try:
+            return self.op.driver_batch(
+                stage, [image for _, image in pending], [item.order for item, _ in pending]
+            )
+        except CudaError as error:
+            owned.extend(getattr(error, "owned", ()))
+            raise
 
     def _give_back(self, stage: DriverStage, owned: list[int]) -> None:
         """A batch that stops in _run_batch: once its queued work is done, its device memory
@@ -303,7 +326,7 @@ class DriverEngine(DeviceEngine):
             stage.device.make_current()
             last = start + TAIL_CHUNK >= len(live)
             try:
-                self.tail.queue(images, code, streams, first=start, join=last)
+                self.tail.png_tail(images, code, streams, first=start, join=last)
             except CudaError as error:
                 owned.extend(getattr(error, "owned", ()))
                 raise

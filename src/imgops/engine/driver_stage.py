@@ -90,8 +90,8 @@ class DriverStage:
         #: buffers, and nvImageCodec's JPEG encoders on its decoder's instance, by quality.
         self.pinned_pool: Any = None
         self.jpeg_encoders: dict[int, Any] = {}
-        #: The native PNG tail bound to this stage (imgops.engine.native_batch), made once.
-        self.png_tail: Any = None
+        #: The native driver calls bound to this stage (imgops.engine.native_batch), made once.
+        self.native_calls: Any = None
         self.future: Future[DriverStage] = Future()
         threading.Thread(target=self._start, name="imgops-cuda-start", daemon=True).start()
 
@@ -182,8 +182,8 @@ class DriverStage:
         self.decoder = None
         if self.pinned_pool is not None:
             self.pinned_pool.close()
-        if self.png_tail is not None:
-            self.png_tail.close()
+        if self.native_calls is not None:
+            self.native_calls.close()
         for stream in self._side:
             stream.close()
         self.decode_stream.close()

@@ -1,15 +1,17 @@
-"""The device thread's PNG tail in a few native calls per batch instead of ~15 driver calls per
-image from Python: imgops._cli_kernels.device_png_tail (csrc/standalone/device_batch.h) queues
-each image's PNG row filter, device deflate and copies into its pinned buffer with the GIL
-released, exactly as imgops.engine.driver queued them one ctypes call at a time.
+"""The device thread's driver calls for many images in one native call each, instead of a dozen
+ctypes calls per image from Python: imgops._cli_kernels.device_gray (the gray op's outputs and
+luma kernels) and device_png_tail (each image's PNG row filter, device deflate and copies into
+its pinned buffer), csrc/standalone/device_batch.h. They queue exactly what GRAY.driver and
+imgops.engine.driver queue one call at a time, with the GIL released.
 
 Why: on an H100 host the device thread was the bound of a warm 800-photo command (0.85 ms a
 photo, 720 ms of an 844 ms wall; docs/BENCHMARKS.md, 2026-12-07 sixth session). Each image cost
 a dozen Python-level driver calls, each building ctypes arguments, beside 8 prep and 16 encode
 threads that want the GIL: every forced switch puts the device thread back in the GIL's queue.
 
-IMGOPS_DEVICE_TAIL=python keeps the per-image Python calls (comparisons); a _cli_kernels
-built before device_png_tail existed does too.
+IMGOPS_DEVICE_NATIVE picks what runs natively: "all" (default), "tail" (the PNG tail only),
+"op" (the op only) or "none" (every call from Python, as before; for comparisons). A
+_cli_kernels built before these functions existed runs everything from Python.
 """
 
 from __future__ import annotations
@@ -33,26 +35,51 @@ _FUNCTIONS = (
 )
 #: Fields per image of device_png_tail's `images` (device_batch.h's Image).
 IMAGE_FIELDS = 6
+#: Fields per image of device_gray's `images` (device_batch.h's ColourImage).
+COLOUR_FIELDS = 5
+_CHOICES = {"all": ("op", "tail"), "tail": ("tail",), "op": ("op",), "none": ()}
 
 
-def native_tail_wanted() -> bool:
-    """Whether the PNG tail is queued natively (default) or per image from Python
-    (IMGOPS_DEVICE_TAIL=python)."""
-    return os.environ.get("IMGOPS_DEVICE_TAIL", "native").strip().lower() != "python"
+def native_wanted(part: str) -> bool:
+    """Whether `part` ("op" or "tail") of the device thread's work runs natively
+    (IMGOPS_DEVICE_NATIVE; an unknown value counts as the default, "all")."""
+    value = os.environ.get("IMGOPS_DEVICE_NATIVE", "all").strip().lower()
+    return part in _CHOICES.get(value, _CHOICES["all"])
 
 
-class PngTail:
-    """device_png_tail bound to one stage: the driver's function addresses, the kernels'
-    handles and an event of the stage's device, made once (the stage closes it)."""
+def _failed(code: int, call: str, owned: list[int]) -> cuda_driver.CudaError:
+    """The CudaError of a native call that stopped; `owned` (the device memory it allocated
+    and did not queue for freeing) travels with it: free it once the streams are idle."""
+    error = cuda_driver.CudaError(code, call)
+    error.owned = owned  # type: ignore[attr-defined]
+    return error
+
+
+class NativeCalls:
+    """device_gray and device_png_tail bound to one stage: the driver's function addresses,
+    the kernels' handles and an event of the stage's device, made once (the stage closes
+    it)."""
 
     def __init__(self, stage: Any, module: Any) -> None:
         self._module = module
         addresses = [cuda_driver.function_address(name) for name in _FUNCTIONS]
-        handles = stage.kernels.png_tail_handles()
+        handles = stage.kernels.native_handles()
         self._table = np.array([*addresses, *handles, stage.device.multiprocessors], dtype=np.int64)
         self._event = stage.device.event(stage.stream, blocking=False)
 
-    def queue(
+    def gray(self, images: np.ndarray, stream: Any) -> list[int]:
+        """Queues on `stream` the gray output and luma kernel of each colour image (int64,
+        COLOUR_FIELDS per image: src, pitch, width, height, bgr) and returns the outputs
+        (packed, width bytes a row). CudaError names the call that failed; its `owned` holds
+        the outputs allocated before it."""
+        code, call, owned = self._module.device_gray(
+            self._table, np.ascontiguousarray(images, dtype=np.int64), stream.handle
+        )
+        if code:
+            raise _failed(code, call, owned)
+        return owned
+
+    def png_tail(
         self,
         images: np.ndarray,
         filter: int,
@@ -61,31 +88,36 @@ class PngTail:
         first: int,
         join: bool,
     ) -> None:
-        """Queues the tail of `images` (int64, IMAGE_FIELDS per image: src, pitch, row bytes,
-        height >= 1, bpp, pinned address); streams[0] is the stage's stream, the rest the side
-        streams. CudaError names the call that failed; its `owned` holds the device memory the
-        call allocated and did not queue for freeing (free it once the streams are idle)."""
+        """Queues the PNG tail of `images` (int64, IMAGE_FIELDS per image: src, pitch, row
+        bytes, height >= 1, bpp, pinned address); streams[0] is the stage's stream, the rest
+        the side streams (image i deflates on side stream (first + i) % sides; with `join`
+        the stage's stream then waits for all of them). CudaError names the call that
+        failed; its `owned` holds the device memory not queued for freeing."""
         handles = np.array([s.handle for s in streams], dtype=np.int64)
         code, call, owned = self._module.device_png_tail(
             self._table, np.ascontiguousarray(images, dtype=np.int64), filter, handles,
             self._event._handle, first, join,
         )  # fmt: skip
         if code:
-            error = cuda_driver.CudaError(code, call)
-            error.owned = owned  # type: ignore[attr-defined]
-            raise error
+            raise _failed(code, call, owned)
 
     def close(self) -> None:
         """Destroys the event (idempotent)."""
         self._event.close()
 
 
-def png_tail_for(stage: Any, module: Any) -> PngTail | None:
-    """The stage's PngTail (made once, kept with the stage), or None where the PNG tail runs
-    per image from Python: IMGOPS_DEVICE_TAIL=python, or a module without device_png_tail."""
-    if not native_tail_wanted() or not hasattr(module, "device_png_tail"):
+def native_calls_for(stage: Any, part: str) -> NativeCalls | None:
+    """The stage's NativeCalls (made once, kept with the stage) where `part` ("op" or
+    "tail") runs natively (native_wanted) and imgops._cli_kernels has the native calls; else
+    None (the work is queued from Python)."""
+    from ..native import cli_kernels
+
+    if not native_wanted(part):
         return None
-    tail = getattr(stage, "png_tail", None)
-    if tail is None:
-        tail = stage.png_tail = PngTail(stage, module)
-    return tail
+    module = cli_kernels()
+    if module is None or not hasattr(module, "device_gray"):
+        return None
+    calls = getattr(stage, "native_calls", None)
+    if calls is None:
+        calls = stage.native_calls = NativeCalls(stage, module)
+    return calls

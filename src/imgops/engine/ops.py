@@ -11,6 +11,10 @@ op knowing about batches, threads or codecs:
 * `driver(stage, image, channel_order) -> DeviceImage` (optional): one 8-bit image decoded into
   device memory, through imgops' fatbin kernels and the CUDA driver API: the CUDA engine that
   never imports torch (imgops.engine.driver). Ops without it run on the torch engine on CUDA.
+* `driver_batch(stage, images, channel_orders) -> list[DeviceImage] | None` (optional): the same
+  for a whole batch in one native call (imgops.engine.native_batch); None where it cannot (the
+  engine then calls `driver` per image). A CudaError it raises carries `owned`: the outputs it
+  allocated before it stopped.
 
 `channel_order` is "bgr" (OpenCV's decode), "rgb" (nvImageCodec's) or None for gray input.
 A colour result keeps the input's channel order. Both functions must give the same bits:
@@ -44,6 +48,9 @@ class ImageOp:
     #: memory through imgops' own kernels (imgops.engine.driver: the CUDA path without torch),
     #: queued on `stage.stream`. None: CUDA batches of this op run on the torch engine.
     driver: Callable[[Any, Any, str | None], Any] | None = None
+    #: `driver_batch(stage, images, channel_orders) -> list[DeviceImage] | None`: `driver` for
+    #: a whole batch at once (None: not here, the engine calls `driver` per image).
+    driver_batch: Callable[[Any, list[Any], list[str | None]], list[Any] | None] | None = None
 
 
 def gray_numpy(pixels: np.ndarray, channel_order: str | None) -> np.ndarray:
@@ -94,4 +101,38 @@ def gray_driver(stage: Any, image: Any, channel_order: str | None) -> Any:
     return out
 
 
-GRAY = ImageOp(name="gray", cpu=gray_numpy, torch=gray_torch, suffix="_gray", driver=gray_driver)
+def gray_driver_batch(stage: Any, images: list[Any], channel_orders: list[str | None]) -> Any:
+    """gray_driver for a batch: the outputs and luma kernels of every colour image queued by
+    one native call (imgops.engine.native_batch: device_gray, the GIL released); gray images
+    pass through. None where the native calls are off or not built."""
+    import numpy as np
+
+    from .driver_stage import DeviceImage
+    from .native_batch import COLOUR_FIELDS, native_calls_for
+
+    calls = native_calls_for(stage, "op")
+    if calls is None:
+        return None
+    colour = [i for i, image in enumerate(images) if image.channels != 1]
+    outs = list(images)
+    if not colour:
+        return outs
+    fields = np.empty((len(colour), COLOUR_FIELDS), dtype=np.int64)
+    for row, i in enumerate(colour):
+        image = images[i]
+        fields[row] = (image.ptr, image.pitch, image.width, image.height,
+                       channel_orders[i] == "bgr")  # fmt: skip
+    for i, ptr in zip(colour, calls.gray(fields, stage.stream), strict=True):
+        image = images[i]
+        outs[i] = DeviceImage(ptr, image.width, image.height, 1, image.width, owned=True)
+    return outs
+
+
+GRAY = ImageOp(
+    name="gray",
+    cpu=gray_numpy,
+    torch=gray_torch,
+    suffix="_gray",
+    driver=gray_driver,
+    driver_batch=gray_driver_batch,
+)
