@@ -19,6 +19,7 @@ import pytest
 from driver_backends import FATBIN_MAGIC, Backend  # (the backend fixtures come with conftest)
 
 from imgops.engine import cuda_driver as cd
+from imgops.engine import native_batch
 from imgops.engine.native_batch import COLOUR_FIELDS, IMAGE_FIELDS, NativeCalls, native_calls_for
 
 kernels_module = pytest.importorskip("imgops._cli_kernels")
@@ -206,15 +207,21 @@ def test_the_native_calls_refuse_a_short_table():
         kernels_module.device_gray(np.zeros(15, np.int64), np.zeros((0, 5), np.int64), 1)
 
 
+DEFAULT = native_batch.DEVICE_NATIVE_DEFAULT == "all"
+
+
 @pytest.mark.parametrize(
     ("value", "op", "tail"),
     [("all", True, True), ("tail", False, True), ("op", True, False), ("none", False, False),
-     ("bogus", True, True)],
+     ("bogus", DEFAULT, DEFAULT), (None, DEFAULT, DEFAULT)],
 )  # fmt: skip
 def test_the_native_calls_are_made_once_per_stage_and_can_be_switched_off(
     fake, monkeypatch, value, op, tail
 ):
-    monkeypatch.setenv("IMGOPS_DEVICE_NATIVE", value)
+    if value is None:
+        monkeypatch.delenv("IMGOPS_DEVICE_NATIVE", raising=False)
+    else:
+        monkeypatch.setenv("IMGOPS_DEVICE_NATIVE", value)
     stage = _stage(fake)
     try:
         got = native_calls_for(stage, "op"), native_calls_for(stage, "tail")
@@ -227,9 +234,9 @@ def test_the_native_calls_are_made_once_per_stage_and_can_be_switched_off(
 
 
 def test_without_the_native_functions_everything_runs_from_python(fake, monkeypatch):
-    import imgops.engine.native_batch as native_batch
     from imgops import native
 
+    monkeypatch.setenv("IMGOPS_DEVICE_NATIVE", "all")
     monkeypatch.setattr(native, "cli_kernels", lambda: SimpleNamespace())
     assert native_batch.native_calls_for(_stage(fake), "op") is None
     assert native_batch.native_calls_for(_stage(fake), "tail") is None

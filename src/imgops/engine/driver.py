@@ -20,13 +20,13 @@ the encode threads wait for it, add the chunk framing and CRCs in place and writ
 in one native call (png_finish_zlib_to_file; IMGOPS_FINISH_TO_FILE=0: png_finish_zlib, then
 the write). The deflates of a batch spread over side streams (IMGOPS_DEFLATE_STREAMS, default
 4), each waiting for its image's filtered rows; the stage's stream waits for all of them before
-the batch's event. The filter, deflate and copies of 8 images at a time are queued by one
-native call with the GIL released, as are the op's launches where it has a batch form
-(imgops.engine.native_batch; IMGOPS_DEVICE_NATIVE=none: one ctypes call at a time, as
-_filter_rows and _deflate_rows do). (With IMGOPS_GPU_DEFLATE=0, or
-at PNG levels the device deflate does not serve, the filtered rows come back and the encode
-threads deflate them; `-f jpg`: nvImageCodec's encoder.) Device buffers are freed in stream
-order right after the copies are queued.
+the batch's event. With IMGOPS_DEVICE_NATIVE=all the filter, deflate and copies of 8 images
+at a time are queued by one native call with the GIL released, as are the op's launches where
+it has a batch form (imgops.engine.native_batch; not yet the default, see
+DEVICE_NATIVE_DEFAULT there); else one ctypes call at a time (_filter_rows, _deflate_rows).
+(With IMGOPS_GPU_DEFLATE=0, or at PNG levels the device deflate does not serve, the filtered
+rows come back and the encode threads deflate them; `-f jpg`: nvImageCodec's encoder.) Device
+buffers are freed in stream order right after the copies are queued.
 
 What the GPU does not decode (PNG, TIFF, CMYK or 12-bit JPEG, ...) takes the whole CPU path on
 the prep thread: the conversion is ~1 % of such a file's time, so uploading it gains nothing.

@@ -9,9 +9,9 @@ photo, 720 ms of an 844 ms wall; docs/BENCHMARKS.md, 2026-12-07 sixth session). 
 a dozen Python-level driver calls, each building ctypes arguments, beside 8 prep and 16 encode
 threads that want the GIL: every forced switch puts the device thread back in the GIL's queue.
 
-IMGOPS_DEVICE_NATIVE picks what runs natively: "all" (default), "tail" (the PNG tail only),
-"op" (the op only) or "none" (every call from Python, as before; for comparisons). A
-_cli_kernels built before these functions existed runs everything from Python.
+IMGOPS_DEVICE_NATIVE picks what runs natively: "all", "tail" (the PNG tail only), "op" (the op
+only) or "none" (every call from Python). The default is DEVICE_NATIVE_DEFAULT. A _cli_kernels
+built before these functions existed runs everything from Python.
 """
 
 from __future__ import annotations
@@ -38,13 +38,19 @@ IMAGE_FIELDS = 6
 #: Fields per image of device_gray's `images` (device_batch.h's ColourImage).
 COLOUR_FIELDS = 5
 _CHOICES = {"all": ("op", "tail"), "tail": ("tail",), "op": ("op",), "none": ()}
+#: What runs natively without IMGOPS_DEVICE_NATIVE. "none" until the native calls have run on
+#: a GPU: they pass the stand-in driver's tests (the same launches, grids and bytes as the
+#: Python calls) but the session that wrote them (2026-12-07, seventh) got no GPU machine.
+#: scripts/gpu-check.d/native_tail.sh runs their GPU tests, checks that the 800 photos come
+#: out byte-identical either way, and times both on a warm server; then make it "all".
+DEVICE_NATIVE_DEFAULT = "none"
 
 
 def native_wanted(part: str) -> bool:
     """Whether `part` ("op" or "tail") of the device thread's work runs natively
-    (IMGOPS_DEVICE_NATIVE; an unknown value counts as the default, "all")."""
-    value = os.environ.get("IMGOPS_DEVICE_NATIVE", "all").strip().lower()
-    return part in _CHOICES.get(value, _CHOICES["all"])
+    (IMGOPS_DEVICE_NATIVE; unset or an unknown value: DEVICE_NATIVE_DEFAULT)."""
+    value = os.environ.get("IMGOPS_DEVICE_NATIVE", DEVICE_NATIVE_DEFAULT).strip().lower()
+    return part in _CHOICES.get(value, _CHOICES[DEVICE_NATIVE_DEFAULT])
 
 
 def _failed(code: int, call: str, owned: list[int]) -> cuda_driver.CudaError:
