@@ -53,7 +53,7 @@ from .driver_stage import (
     ready_warm_stage,
     take_prestarted,
 )
-from .native_batch import native_calls_for
+from .native_batch import IMAGE_FIELDS, native_calls_for
 from .types import join_notes
 
 __all__ = ["DeviceImage", "DriverEngine", "DriverStage", "device_image"]
@@ -174,8 +174,9 @@ class DriverEngine(DeviceEngine):
                 item.result.shape, item.result.dtype = image.shape, "uint8"
                 pending.append((item, image))
             outs = self._run_op_batch(stage, pending, owned)
+            driver = self.op.driver
             for n, (item, image) in enumerate(pending):
-                out = outs[n] if outs is not None else self.op.driver(stage, image, item.order)  # type: ignore[misc]
+                out = outs[n] if outs is not None else driver(stage, image, item.order)  # type: ignore[misc]
                 if out.owned and out is not image:  # (an op may pass its input through)
                     owned.append(out.ptr)
                 live.append((item, out))
@@ -313,7 +314,7 @@ class DriverEngine(DeviceEngine):
         copies = []
         for start in range(0, len(live), TAIL_CHUNK):
             chunk = live[start : start + TAIL_CHUNK]
-            images = np.empty((len(chunk), 6), dtype=np.int64)
+            images = np.empty((len(chunk), IMAGE_FIELDS), dtype=np.int64)
             for n, (item, out) in enumerate(chunk):
                 out_bytes = kernels.png_deflate_layout(out.row_bytes + 1, out.height)[2]
                 room = kernels.png_file_room(out_bytes)
