@@ -32,7 +32,7 @@ fi
 if wants sanitize; then
   for tool in memcheck racecheck; do
     timeout 240 compute-sanitizer --tool "$tool" --report-api-errors no --print-limit 20 \
-      --error-exitcode 9 $PY -m pytest -q -p no:cacheprovider -m "cuda and not slow" \
+      --error-exitcode 9 $PY -m pytest -q -p no:cacheprovider -m "gpu_driver and not slow" \
       -k "png_deflate and gpu" tests/test_cuda_driver.py >"$OUT/deflate-$tool.txt" 2>&1
     echo "$tool rc=$? $(tail -n 1 "$OUT/deflate-$tool.txt" | head -c 200)" \
       "$(grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$OUT/deflate-$tool.txt" | tail -n 1)"

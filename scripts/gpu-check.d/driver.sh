@@ -35,7 +35,7 @@ if wants sanitize; then
   for tool in memcheck racecheck; do
     # (API errors off: two tests provoke out-of-memory and a bad module on purpose)
     timeout 300 compute-sanitizer --tool "$tool" --report-api-errors no --print-limit 20 --error-exitcode 9 \
-      $PY -m pytest -q -p no:cacheprovider -m "cuda and not slow" tests/test_cuda_driver.py \
+      $PY -m pytest -q -p no:cacheprovider -m "gpu_driver and not slow" tests/test_cuda_driver.py \
       >"$OUT/driver-$tool.txt" 2>&1
     echo "$tool rc=$? $(grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$OUT/driver-$tool.txt" | tail -n 1)"
   done

@@ -3,7 +3,8 @@
 # driver's (tests/test_native_tail.py, tests/test_cuda_driver.py: the exact luma, every image's
 # file the CPU encoder's, byte for byte), then one warm `imgops serve` writing the 800 photos
 # with the native calls and with the per-image Python ones (IMGOPS_DEVICE_NATIVE=none): the two
-# folders must hold the same bytes. $OUT/native-tail-tests.txt, $OUT/native-tail.txt.
+# folders must hold the same bytes. The native calls' GPU tests also run under
+# compute-sanitizer's memcheck. $OUT/native-tail-tests.txt, $OUT/native-tail.txt.
 # SERVE_DEVICE=cpu: no GPU (a dry run of the script: both folders come from the CPU path).
 set -uo pipefail
 OUT=${OUT:-$PWD/gpu-check-out}
@@ -18,6 +19,14 @@ IMGOPS_NO_JIT=1 timeout 300 $PY -m pytest -q -rs -p no:cacheprovider -m "not slo
   tests/test_native_tail.py tests/test_cuda_driver.py ${NATIVE_TAIL_TESTS:-} \
   >"$OUT/native-tail-tests.txt" 2>&1
 echo "tests rc=$? $(tail -n 1 "$OUT/native-tail-tests.txt")" | tee "$REPORT"
+if command -v compute-sanitizer >/dev/null && [ "$DEV" = cuda ]; then
+  # the native calls' launches under memcheck (API errors off: the tests provoke some)
+  IMGOPS_NO_JIT=1 timeout 240 compute-sanitizer --tool memcheck --report-api-errors no \
+    --print-limit 20 --error-exitcode 9 $PY -m pytest -q -p no:cacheprovider \
+    -m "gpu_driver and not slow" tests/test_native_tail.py >"$OUT/native-tail-memcheck.txt" 2>&1
+  echo "memcheck rc=$? $(grep -E "ERROR SUMMARY" "$OUT/native-tail-memcheck.txt" | tail -n 1)" \
+    "$(tail -n 1 "$OUT/native-tail-memcheck.txt" | head -c 120)" | tee -a "$REPORT"
+fi
 . scripts/gpu-check.d/photo-batches.bash
 photo_batches native-tail
 mkdir -p /tmp/imgops-native-tail && chmod 700 /tmp/imgops-native-tail

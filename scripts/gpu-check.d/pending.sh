@@ -69,7 +69,7 @@ if [ -n "$OLD" ]; then
   PYTHONPATH="$OLD" $PY -m imgops.cli gray "$BATCH" -d /tmp/imgops-pc -q --no-fsync --device cpu
   echo "old cpu = new cpu: $(same /tmp/imgops-pc /tmp/imgops-pa)" | tee -a "$OUT/pending-identical.txt"
 fi
-$PY -m pytest -q -p no:cacheprovider -m "cuda and not slow" tests/test_driver_engine.py \
+$PY -m pytest -q -p no:cacheprovider -m "(cuda or gpu_driver) and not slow" tests/test_driver_engine.py \
   tests/test_cli_gray.py tests/test_pipeline_engine.py tests/test_nvimgcodec_c.py \
   tests/test_nvimgcodec_encode_c.py tests/test_gpu_jpeg_encode.py tests/test_native_write.py \
   >"$OUT/pending-tests.txt" 2>&1
