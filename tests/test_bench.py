@@ -129,6 +129,7 @@ def test_pipeline_bench_times_every_tool(tmp_path: Path) -> None:
     jobs = os.cpu_count()
     assert set(runs) == {
         "imgops gray cpu",
+        "imgops gray cpu --luma stored",
         "imgops gray cpu jpg",
         f"opencv pool ({jobs} processes)",
         f"opencv pool ({jobs} processes) jpg",
@@ -145,6 +146,9 @@ def test_pipeline_bench_times_every_tool(tmp_path: Path) -> None:
     jpg_check = runs[f"opencv pool ({jobs} processes) jpg"]["check"]
     assert float(jpg_check.split()[4]) < 1.5  # JPEG at quality 95 both: close, not equal
     assert runs["imgops gray cpu"]["vs_pool"] > 0
+    stored = runs["imgops gray cpu --luma stored"]  # the JPEGs' own luma planes
+    assert stored.get("error") is None and stored["check"].startswith("max diff")
+    assert stored["output_bytes"] > 0
 
 
 def test_pipeline_bench_refuses_a_folder_without_images(tmp_path: Path) -> None:

@@ -100,13 +100,18 @@ def engine_settings(**options: Any):
     from .engine.types import PipelineSettings
 
     known = {f.name: f for f in dataclasses.fields(PipelineSettings)}
-    defaults = {"decoder": "auto", "jpeg_quality": DEFAULT_JPEG_QUALITY, "expected_files": None}
+    defaults = {
+        "decoder": "auto",
+        "jpeg_quality": DEFAULT_JPEG_QUALITY,
+        "luma": "exact",
+        "expected_files": None,
+    }
     kwargs = {}
     for key, value in options.items():
         if key in known:
             kwargs[key] = value
         elif key in defaults and value != defaults[key] and key != "expected_files":
-            flag = {"decoder": "--decoder", "jpeg_quality": "--quality"}[key]
+            flag = {"decoder": "--decoder", "jpeg_quality": "--quality", "luma": "--luma"}[key]
             raise UsageProblem(f"{flag} {value} is not supported by this build's batch engine")
     return PipelineSettings(**kwargs)
 
@@ -162,6 +167,7 @@ def gray_file(
     decoder: str = "auto",
     fsync: bool = True,
     stdout: IO[bytes] | None = None,
+    luma: str = "exact",
 ) -> Report:
     """Converts one image file to exact BT.601 gray, as `imgops gray SRC [-o DST]` does.
 
@@ -170,7 +176,8 @@ def gray_file(
     holds the path written). Raises imgops.errors.PlanError (e.g. `dst` is `src`) before
     anything is done, FileFailedError naming `src` when the file cannot be converted
     (the error it came from is chained), and never leaves a partial output. `fsync` False
-    skips flushing the output to disk before the rename (`imgops gray --no-fsync`).
+    skips flushing the output to disk before the rename (`imgops gray --no-fsync`). `luma`
+    "stored" takes a colour JPEG's own luma plane (`imgops gray --luma stored`).
 
     Example:
         >>> imgops.gray_file("photo.jpg", "photo_gray.png").outputs
@@ -200,6 +207,7 @@ def gray_file(
         decoder=decoder,
         durable=fsync,
         jpeg_quality=quality,
+        luma=luma,
         expected_files=1,
         stdout=stdout,
     )

@@ -81,9 +81,9 @@ def _tools(
     tools: dict[str, dict[str, Any]] = {}
     formats = ["png", "jpg"] if jpg else ["png"]
 
-    def gray(device: str, fmt: str, folder: Path) -> list[str]:
+    def gray(device: str, fmt: str, folder: Path, *extra: str) -> list[str]:
         command = [sys.executable, "-m", "imgops.cli", "gray", "--files-from", str(listing)]
-        command += ["-d", str(folder), "--device", device, "-q"]
+        command += ["-d", str(folder), "--device", device, "-q", *extra]
         if fmt == "jpg":
             command += ["-f", "jpg"]
         if png_level is not None and fmt == "png":
@@ -107,6 +107,14 @@ def _tools(
                     "fmt": fmt,
                     "env": {SERVER_VARIABLE: str(server)},
                 }
+        if fmt == "png" and "cpu" in devices and "--luma" in help_text:
+            name = f"{CPU_REFERENCE} --luma stored"  # JPEGs' own luma planes (compared below)
+            folder = out / "imgops-gray-cpu-luma-stored"
+            tools[name] = {
+                "command": gray("cpu", fmt, folder, "--luma", "stored"),
+                "out": folder,
+                "fmt": fmt,
+            }
         name = f"opencv pool ({jobs} processes)" + ("" if fmt == "png" else " jpg")
         folder = out / f"opencv-pool-{fmt}"
         tools[name] = {

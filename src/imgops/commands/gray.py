@@ -46,6 +46,7 @@ from ..gray_files import (
     report_plan,
     run_plan,
 )
+from ..io.defaults import LUMAS
 
 __all__ = ["DEFAULT_PNG_LEVEL", "FORMATS", "IMAGE_SUFFIXES", "gray"]
 
@@ -105,6 +106,17 @@ def _gpu_decoder_unavailable() -> type[BaseException] | None:
     "(gpu when usable).",
 )
 @click.option(
+    "--luma",
+    type=click.Choice(LUMAS),
+    default="exact",
+    show_default=True,
+    help="exact: the BT.601 luma of the decoded pixels, the same bytes on every device. "
+    "stored: a colour JPEG's own luma plane (the Y it was encoded with), decoded on the CPU "
+    "without its colour planes, about 1.5x faster to decode. On 102 photos 0.43 % of the "
+    "pixels (at most 2.1 % of one photo's) differ from exact's, almost all by 1, by up to 14 "
+    "where saturated colours clip. Other files: exact.",
+)
+@click.option(
     "-j",
     "--jobs",
     type=click.IntRange(min=1),
@@ -139,6 +151,7 @@ def gray(
     png_level: int | None,
     quality: int | None,
     decoder: str,
+    luma: str,
     jobs: int | None,
     fsync: bool,
     stats_json: Path | None,
@@ -191,6 +204,8 @@ def gray(
             raise UsageProblem(f"--png-level applies to png output, not {fmt}")
         if quality is not None and fmt != "jpg":
             raise UsageProblem(f"--quality applies to jpg output, not {fmt}")
+        if luma == "stored" and decoder == "gpu":
+            raise UsageProblem("--luma stored decodes on the CPU: it cannot take --decoder gpu")
         _check_stdio(inputs, output)
         if scheduler is not None and (STDIO in inputs or output == STDIO):
             raise UsageProblem("--scheduler needs files in and out (not stdin/stdout)")
@@ -208,6 +223,7 @@ def gray(
             png_level=DEFAULT_PNG_LEVEL if png_level is None else png_level,
             jpeg_quality=DEFAULT_JPEG_QUALITY if quality is None else quality,
             decoder=decoder,
+            luma=luma,
             overwrite=overwrite,
             skip_existing=skip_existing,
             durable=fsync,
@@ -241,6 +257,7 @@ def gray(
         stats.update(jobs=settings.jobs, format=fmt, png_level=settings.png_level)
         stats.update(scheduler=scheduler)
         stats.update(decoder=decoder, jpeg_quality=getattr(settings, "jpeg_quality", None))
+        stats.update(luma=luma)
         try:
             write_stats(stats_json, stats)
         except OSError as error:

@@ -313,8 +313,10 @@ class DeviceEngine:
     def _decode_on_host(self, item: _Item, start: float) -> None:
         """A file the GPU does not decode: OpenCV decodes it here; the device runs the op."""
         seconds = item.result.seconds
-        image = decode_image(item.data, max_pixels=self.settings.max_pixels)
-        item.result.decoder = "opencv"
+        image = decode_image(
+            item.data, max_pixels=self.settings.max_pixels, luma=self.settings.luma
+        )
+        item.result.decoder = "opencv-luma" if image.stored_luma else "opencv"
         item.result.note = join_notes(item.result.note, image.note)
         item.result.shape, item.result.dtype = image.pixels.shape, str(image.pixels.dtype)
         now = time.perf_counter()

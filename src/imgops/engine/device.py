@@ -107,6 +107,8 @@ def choose(settings: PipelineSettings, op: Any = None) -> Plan:
         raise ValueError(f"decoder must be auto, cpu or gpu, got {decoder!r}")
     if device not in ("auto", "cpu") and not device.startswith("cuda"):
         raise ValueError(f"device must be auto, cpu, cuda or cuda:N, got {device!r}")
+    if getattr(settings, "luma", "exact") == "stored":
+        return _choose_stored_luma(settings)
     if decoder == "gpu":
         if device == "cpu":
             raise gpu_decode.GpuDecoderUnavailable(
@@ -132,6 +134,19 @@ def choose(settings: PipelineSettings, op: Any = None) -> Plan:
         usable, why = gpu_decode.status(_index(device))
         return Plan(device, "gpu" if usable else "cpu", why)
     return _choose_auto(settings, op)
+
+
+def _choose_stored_luma(settings: PipelineSettings) -> Plan:
+    """`--luma stored`: the CPU decodes (libjpeg hands out the luma plane alone), so the GPU
+    would only add the upload and the PNG filter; `auto` stays on the CPU, `cuda` is obeyed."""
+    device = settings.device
+    if settings.decoder == "gpu":
+        raise ValueError("--luma stored decodes on the CPU: it cannot take --decoder gpu")
+    if device in ("auto", "cpu"):
+        return Plan("cpu", "cpu", f"{device}: --luma stored decodes on the CPU")
+    if cuda_device_count() <= _index(device):
+        raise DeviceUnavailable(f"--device {device}: no CUDA GPU is visible to torch")
+    return Plan(device, "cpu", "--luma stored decodes on the CPU")
 
 
 def _choose_auto(settings: PipelineSettings, op: Any = None) -> Plan:
@@ -168,6 +183,8 @@ def driver_gpu_if_present(settings: PipelineSettings, op: Any = None) -> int | N
     this answer (imgops.engine.driver_stage.prestart), and choose() still checks the GPU."""
     device = settings.device
     if settings.decoder != "auto" or device == "cpu" or not driver_engine_usable(op):
+        return None
+    if getattr(settings, "luma", "exact") != "exact":  # decoded on the CPU (_choose_stored_luma)
         return None
     if not gpu_decode.installed():
         return None

@@ -51,10 +51,10 @@ class HostWorker:
         """Decodes `data` with OpenCV, runs the op, encodes and writes (the CPU fallback too)."""
         seconds, settings = result.seconds, self.settings
         start = time.perf_counter() if start is None else start
-        image = decode_image(data, max_pixels=settings.max_pixels)
+        image = decode_image(data, max_pixels=settings.max_pixels, luma=settings.luma)
         del data
         result.shape, result.dtype = image.pixels.shape, str(image.pixels.dtype)
-        result.decoder = "opencv"
+        result.decoder = "opencv-luma" if image.stored_luma else "opencv"
         result.note = join_notes(result.note, image.note)
         now = time.perf_counter()
         seconds["decode"], start = seconds.get("decode", 0.0) + now - start, now

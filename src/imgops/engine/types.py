@@ -49,7 +49,8 @@ class JobResult:
     seconds: dict[str, float] = field(default_factory=dict)
     #: Something the user should know about a written file (e.g. a fallback that was taken).
     note: str | None = None
-    #: Which decoder decoded the file: "opencv" or "nvimgcodec" (None if it was not decoded).
+    #: Which decoder decoded the file: "opencv", "opencv-luma" (a JPEG's stored luma plane,
+    #: `luma` "stored") or "nvimgcodec" (None if it was not decoded).
     decoder: str | None = None
     #: Why a file meant for the device path was converted on the CPU path instead (None if
     #: it was not): the GPU could not decode it, or the device ran out of memory.
@@ -79,6 +80,9 @@ class PipelineSettings:
     decoder: str = "auto"
     #: JPEG quality for fmt "jpg" (1..100).
     jpeg_quality: int = 95
+    #: "exact" (the BT.601 luma of the decoded pixels) or "stored" (colour JPEGs: their own
+    #: luma plane, decoded alone on the CPU; imgops.io.images.decode_image).
+    luma: str = "exact"
     #: Files the batch will hold, when known: `device="auto"` picks CUDA only for batches of
     #: at least imgops.engine.device.CUDA_MIN_FILES.
     expected_files: int | None = None
@@ -108,7 +112,7 @@ class Summary:
     stage_seconds: dict[str, float] = field(default_factory=lambda: dict.fromkeys(STAGES, 0.0))
     wall_seconds: float = 0.0
     device: str | None = None
-    #: Files each decoder decoded ("opencv", "nvimgcodec").
+    #: Files each decoder decoded ("opencv", "opencv-luma", "nvimgcodec").
     decoders: dict[str, int] = field(default_factory=dict)
     #: Files the device path sent to the CPU path, by reason (JobResult.fallback).
     fallbacks: dict[str, int] = field(default_factory=dict)

@@ -6,13 +6,16 @@ from __future__ import annotations
 
 import os
 
-__all__ = ["DEFAULT_PNG_LEVEL", "MAX_PIXELS_ENV", "default_max_pixels"]
+__all__ = ["DEFAULT_PNG_LEVEL", "LUMAS", "MAX_PIXELS_ENV", "default_max_pixels"]
 
 #: imgops' PNG encoder level: smaller than OpenCV's default PNG on photos, and faster.
 DEFAULT_PNG_LEVEL = 2
 #: Environment variable that overrides the decompression-bomb limit (pixels per image).
 MAX_PIXELS_ENV = "IMGOPS_MAX_IMAGE_PIXELS"
 DEFAULT_MAX_PIXELS = 1 << 28  # 268 megapixels, e.g. 16384 x 16384
+#: Where gray comes from (`imgops gray --luma`): "exact", the BT.601 luma of the decoded RGB
+#: pixels; "stored", a colour JPEG's own luma plane, decoded without its colour planes.
+LUMAS = ("exact", "stored")
 
 
 def default_max_pixels() -> int:

@@ -29,6 +29,12 @@ class HeaderInfo:
     height: int
     pages: int | None = None
     pages_capped: bool = False
+    #: A JPEG's colour space as libjpeg infers it from the frame and the JFIF/Adobe markers:
+    #: "gray", "ycbcr", "rgb", "cmyk", "ycck" or "other"; None for other formats.
+    jpeg_colour: str | None = None
+    #: A JPEG whose luma plane libjpeg can decode alone: 8-bit YCbCr, baseline, extended or
+    #: progressive Huffman coding (the frames every camera and library writes).
+    stored_luma: bool = False
 
 
 def sniff_format(data: bytes | memoryview) -> str | None:
@@ -75,8 +81,11 @@ _SOF_MARKERS = frozenset(range(0xC0, 0xD0)) - {0xC4, 0xC8, 0xCC}
 
 
 def _jpeg(data) -> HeaderInfo | None:
-    """The first frame header (SOFn) before the first scan, skipping stray bytes as libjpeg."""
+    """The first frame header (SOFn), skipping stray bytes as libjpeg; the JFIF and Adobe
+    markers up to the first scan decide the colour space (libjpeg-turbo's jdapimin.c rules)."""
     pos, end = 2, len(data)
+    jfif, adobe_transform = False, None
+    frame: tuple[int, bytes] | None = None  # (SOF marker, the frame header's bytes)
     while pos + 4 <= end:
         if data[pos] != 0xFF:  # libjpeg: "extraneous bytes before marker", then goes on
             pos += 1
@@ -88,16 +97,44 @@ def _jpeg(data) -> HeaderInfo | None:
         if 0xD0 <= marker <= 0xD8 or marker in (0x00, 0x01):
             pos += 2
             continue
-        if marker == 0xD9 or marker == 0xDA:  # end of image, or a scan before any frame header
-            return None
+        if marker == 0xD9 or marker == 0xDA:  # end of image, or the first scan
+            break
         (length,) = struct.unpack(">H", data[pos + 2 : pos + 4])
-        if marker in _SOF_MARKERS:
-            height, width = struct.unpack(">HH", data[pos + 5 : pos + 9])
-            return HeaderInfo(width, height)
+        if marker in (0xE0, 0xEE) or (marker in _SOF_MARKERS and frame is None):
+            segment = bytes(data[pos + 4 : pos + 2 + length])
+            if marker == 0xE0:
+                jfif = jfif or (len(segment) >= 14 and segment.startswith(b"JFIF\0"))
+            elif marker == 0xEE and len(segment) >= 12 and segment.startswith(b"Adobe"):
+                adobe_transform = segment[11]
+            elif marker in _SOF_MARKERS:
+                frame = (marker, segment)
         if length < 2:
-            return None
+            break
         pos += 2 + length
-    return None
+    if frame is None:
+        return None
+    marker, segment = frame
+    height, width = struct.unpack(">HH", segment[1:5])
+    colour = _jpeg_colour(segment, jfif, adobe_transform)
+    plain = marker in (0xC0, 0xC1, 0xC2) and segment[0] == 8  # Huffman coding, 8-bit samples
+    return HeaderInfo(width, height, jpeg_colour=colour, stored_luma=plain and colour == "ycbcr")
+
+
+def _jpeg_colour(frame: bytes, jfif: bool, adobe_transform: int | None) -> str:
+    """libjpeg-turbo's default_decompress_parms: the colour space of a frame's components."""
+    count = frame[5] if len(frame) > 5 else 0
+    ids = tuple(frame[6 + 3 * i] for i in range(count) if 6 + 3 * i < len(frame))
+    if count == 1:
+        return "gray"
+    if count == 3 and len(ids) == 3:
+        if jfif:
+            return "ycbcr"
+        if adobe_transform is not None:
+            return "rgb" if adobe_transform == 0 else "ycbcr"
+        return "rgb" if ids == (82, 71, 66) else "ycbcr"  # component ids "R", "G", "B"
+    if count == 4:
+        return "cmyk" if adobe_transform in (None, 0) else "ycck"
+    return "other"
 
 
 def _tiff(data) -> HeaderInfo | None:
