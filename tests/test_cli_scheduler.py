@@ -114,6 +114,24 @@ def test_gray_on_local_2_writes_the_single_process_bytes_and_reports_the_bad_fil
     assert not _temporaries(tmp_path)
 
 
+def test_gray_luma_stored_on_local_2_writes_the_single_process_bytes(tmp_path):
+    """--luma stored reaches the cluster's workers: the same luma planes as in one process,
+    which are not the exact luma."""
+    pytest.importorskip("distributed")
+    photos = tmp_path / "photos"
+    photos.mkdir()
+    for name in ("rocket_baseline_rgb.jpg", "coffee_rgb.png"):
+        shutil.copy(SAMPLES / name, photos / name)
+    for folder, extra in (("exact", ()), ("single", ()), ("dist", ("--scheduler", "local:2"))):
+        luma = "exact" if folder == "exact" else "stored"
+        result = invoke("gray", photos, "-d", tmp_path / folder, "--luma", luma, *extra)
+        assert result.exit_code == 0, result.stderr
+    assert _files(tmp_path / "dist") == _files(tmp_path / "single")
+    exact, stored = _files(tmp_path / "exact"), _files(tmp_path / "single")
+    assert exact["coffee_rgb.png"] == stored["coffee_rgb.png"]  # no stored plane in a PNG
+    assert exact["rocket_baseline_rgb.png"] != stored["rocket_baseline_rgb.png"]
+
+
 def test_gray_ctrl_c_on_the_cluster_leaves_only_complete_outputs(tmp_path, monkeypatch):
     pytest.importorskip("distributed")
     from imgops import report as report_module

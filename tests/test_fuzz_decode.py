@@ -82,7 +82,7 @@ def test_the_oracle_catches_a_wrong_success(monkeypatch):
 def test_the_oracle_catches_a_foreign_exception(monkeypatch):
     import imgops.io.images as images
 
-    monkeypatch.setattr(images, "_imdecode", lambda data, kind: 1 / 0)
+    monkeypatch.setattr(images, "_imdecode", lambda data, kind, **options: 1 / 0)
     with pytest.raises(fc.OracleFailure, match="ZeroDivisionError"):
         fc.check_image(fc.sample_bytes("coffee_rgb.png"))
 

@@ -100,14 +100,17 @@ def choose(settings: PipelineSettings, op: Any = None) -> Plan:
         GpuDecoderUnavailable: decoder "gpu" where nvImageCodec cannot decode on a GPU, or
             with device "cpu".
         DeviceUnavailable: device "cuda[:N]" where no such GPU is visible to the driver.
-        ValueError: unknown device or decoder names.
+        ValueError: unknown device, decoder or luma names; luma "stored" with decoder "gpu".
     """
     device, decoder = settings.device, settings.decoder
     if decoder not in ("auto", "cpu", "gpu"):
         raise ValueError(f"decoder must be auto, cpu or gpu, got {decoder!r}")
     if device not in ("auto", "cpu") and not device.startswith("cuda"):
         raise ValueError(f"device must be auto, cpu, cuda or cuda:N, got {device!r}")
-    if getattr(settings, "luma", "exact") == "stored":
+    luma = getattr(settings, "luma", "exact")
+    if luma not in ("exact", "stored"):
+        raise ValueError(f"luma must be exact or stored, got {luma!r}")
+    if luma == "stored":
         return _choose_stored_luma(settings)
     if decoder == "gpu":
         if device == "cpu":
