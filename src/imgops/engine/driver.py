@@ -248,16 +248,43 @@ class DriverEngine(DeviceEngine):
             jpegs = self._encode_jpegs_on_device(stage, live)
         filtered = self.settings.fmt == "png" and self.filtered
         side = stage.side_streams(self.deflate_streams) if self.deflate_streams > 1 else []
-        deflated = 0  # images deflated on the device: side[i % len(side)] took image i
-        copies = []
         if (
             filtered
             and self.tail is not None
             and all(jpeg is None for jpeg in jpegs)
             and all(out.height for _, out in live)
-        ):
-            copies = self._queue_tail(stage, live, owned, side)
-            live, jpegs = [], []  # (all queued, the side streams joined)
+        ):  # all queued natively, the side streams joined
+            copies, deflated = self._queue_tail(stage, live, owned, side), 0
+        else:
+            copies, deflated = self._queue_each(stage, live, jpegs, filtered, owned, side)
+        for stream in side[:deflated]:  # the batch's event covers the side streams' work
+            joined = stage.device.event(stream, blocking=False)
+            stage.stream.wait(joined)
+            joined.close()
+        event = stage.event()
+        for ptr in owned:  # stream order: reused only after the copies above
+            stage.device.free(ptr, stage.stream)
+        owned.clear()
+        self._taken = []  # from here on each buffer is its encode thread's to give back
+        for item, buffer, host, jpeg in copies:
+            item.result.seconds["device"] = share
+            self.encoders.submit(self._finish, item, event, buffer, host, jpeg)
+        return event
+
+    def _queue_each(
+        self,
+        stage: DriverStage,
+        live: list[tuple[_Item, DeviceImage]],
+        jpegs: list[bytes | None],
+        filtered: bool,
+        owned: list[int],
+        side: list[Any],
+    ) -> tuple[list[tuple[_Item, Any, Any, bytes | None]], int]:
+        """Each output's way back, queued from Python: a device JPEG as it is, else the PNG
+        row filter (when `filtered`), device deflate (on the side streams in turn) and the copy
+        into a pinned buffer. Returns the copies and how many side streams took work."""
+        deflated = 0  # images deflated on the device: side[i % len(side)] took image i
+        copies: list[tuple[_Item, Any, Any, bytes | None]] = []
         for (item, out), jpeg in zip(live, jpegs, strict=True):
             if jpeg is not None:
                 copies.append((item, None, None, jpeg))
@@ -280,19 +307,7 @@ class DriverEngine(DeviceEngine):
             item.extra["out_shape"], item.extra["itemsize"] = out.shape, 1
             host = _host_view(buffer, nbytes, out, pitch, rows=bool(filtered))
             copies.append((item, buffer, host, None))
-        for stream in side[:deflated]:  # the batch's event covers the side streams' work
-            joined = stage.device.event(stream, blocking=False)
-            stage.stream.wait(joined)
-            joined.close()
-        event = stage.event()
-        for ptr in owned:  # stream order: reused only after the copies above
-            stage.device.free(ptr, stage.stream)
-        owned.clear()
-        self._taken = []  # from here on each buffer is its encode thread's to give back
-        for item, buffer, host, jpeg in copies:
-            item.result.seconds["device"] = share
-            self.encoders.submit(self._finish, item, event, buffer, host, jpeg)
-        return event
+        return copies, min(deflated, len(side))
 
     def _queue_tail(
         self,
