@@ -27,16 +27,11 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 
+from nvimgcodec_backend_probe import KINDS  # noqa: E402  (this script's folder)
+
 from imgops.engine import cuda_driver  # noqa: E402
 from imgops.io import nvimgcodec_c as nc  # noqa: E402
 
-KINDS = {
-    "hardware": [nc._HW_GPU_ONLY],
-    "gpu": [nc._GPU_ONLY],
-    "hardware+gpu": [nc._HW_GPU_ONLY, nc._GPU_ONLY],
-    "hybrid": [nc._HYBRID_CPU_GPU],
-    "cpu": [nc._CPU_ONLY],
-}
 BATCH = 64
 
 
