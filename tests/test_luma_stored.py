@@ -300,6 +300,14 @@ def test_gray_luma_stored_writes_the_luma_plane(tmp_path: Path) -> None:
     assert report["device"] == "cpu"
 
 
+def test_gray_verbose_says_which_files_gave_their_luma_plane(tmp_path: Path) -> None:
+    done = run_imgops(
+        "gray", str(ROCKET), str(COFFEE), "-d", str(tmp_path), "--luma", "stored", "-v"
+    )
+    assert done.returncode == 0, done.stderr
+    assert b"decoded: opencv 1, opencv-luma 1" in done.stderr, done.stderr
+
+
 def test_gray_luma_exact_is_the_default(tmp_path: Path) -> None:
     stats = tmp_path / "stats.json"
     target = tmp_path / "rocket.png"

@@ -250,6 +250,9 @@ def gray(
                 report.detail(f"device: {summary.device}, {settings.jobs} worker threads")
             else:
                 report.detail(f"device: {summary.device}, on the Dask cluster {scheduler}")
+        if summary.decoders:  # e.g. "decoded: opencv-luma 95, opencv 5" (--luma stored)
+            counts = sorted(summary.decoders.items(), key=lambda kv: (-kv[1], kv[0]))
+            report.detail("decoded: " + ", ".join(f"{name} {count}" for name, count in counts))
         stages = ", ".join(f"{k} {v:.2f}s" for k, v in summary.stage_seconds.items())
         report.detail(f"wall {summary.wall_seconds:.2f}s; stage totals: {stages}")
     if stats_json is not None:
