@@ -326,6 +326,47 @@ def test_a_failed_gray_call_hands_back_the_outputs_it_made(fake):
         calls.close()
 
 
+def test_device_free_gives_back_every_pointer(backend):
+    """One call frees a batch's memory in order (0 entries skipped); on the stand-in nothing
+    is left allocated."""
+    calls = NativeCalls(_stage(backend), kernels_module)
+    live = backend.counter("fake_live_allocations") if backend.lib is not None else None
+    ptrs = [backend.upload(np.full(n, 7, np.uint8)) for n in (1, 4096, 1 << 20)]
+    try:
+        calls.free([ptrs[0], 0, ptrs[1], ptrs[2]], backend.stream)
+        calls.free([], backend.stream)
+        backend.stream.synchronize()
+        if live is not None:
+            assert backend.counter("fake_live_allocations") == live
+    finally:
+        calls.close()
+
+
+def test_a_failed_free_hands_back_what_it_did_not_free(fake):
+    """A stream the driver refuses: the call is named and every pointer comes back, the
+    failed one first; they can then be freed."""
+    calls = NativeCalls(_stage(fake), kernels_module)
+    live = fake.counter("fake_live_allocations")
+    ptrs = [fake.upload(np.zeros(16, np.uint8)) for _ in range(3)]
+    try:
+        bogus = SimpleNamespace(handle=calls._event._handle)  # an event, not a stream
+        with pytest.raises(cd.CudaError, match="cuMemFreeAsync") as raised:
+            calls.free(ptrs, bogus)
+        assert raised.value.owned == ptrs
+        assert fake.counter("fake_live_allocations") == live + 3
+        calls.free(raised.value.owned, fake.stream)
+        assert fake.counter("fake_live_allocations") == live
+    finally:
+        calls.close()
+
+
+def test_device_free_refuses_a_short_table_and_a_ragged_list():
+    with pytest.raises(ValueError, match="15-entry table"):
+        kernels_module.device_free(np.zeros(14, np.int64), np.zeros(1, np.int64), 1)
+    with pytest.raises(ValueError, match="multiple of 1"):
+        kernels_module.device_free(np.ones(15, np.int64), b"\0" * 12, 1)
+
+
 # --- the whole engine over the stand-in libcuda -----------------------------------------------
 
 

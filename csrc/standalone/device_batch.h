@@ -6,7 +6,8 @@
 // - queue_png_tail: for each image, the PNG row filter kernel, then the device deflate
 //   (png_deflate_kernels.cuh's five kernels) on a side stream, and the copies of the zlib
 //   stream and of its length into the image's pinned buffer, laid out as the PNG file
-//   (png_encode.h's kHeadBytes first).
+//   (png_encode.h's kHeadBytes first);
+// - queue_frees: a batch's device memory freed in stream order.
 //
 // No CUDA header: the driver's functions come as addresses (the libcuda that
 // imgops.engine.cuda_driver loaded, or the tests' stand-in), the kernels as CUfunction handles
@@ -217,6 +218,23 @@ inline Outcome queue_png_tail(const Driver& d, const Image* images, size_t count
   for (size_t s = 1; join && s < stream_count; ++s) {  // the batch's event covers them
     if (int e = d.record(event, streams[s])) return fail(e, "cuEventRecord");
     if (int e = d.wait(stage, event, 0)) return fail(e, "cuStreamWaitEvent");
+  }
+  return done;
+}
+
+// Queues cuMemFreeAsync of each pointer (0: skipped) on `stream`, in order: a batch's memory
+// given back in one call instead of one Python call each. A failure stops there; `owned` then
+// holds the pointers not freed, the failed one first.
+inline Outcome queue_frees(const Driver& d, const uint64_t* ptrs, size_t count, void* stream) {
+  Outcome done;
+  for (size_t i = 0; i < count; ++i) {
+    if (ptrs[i] == 0) continue;
+    if (int e = d.free(ptrs[i], stream)) {
+      done.code = e;
+      done.call = "cuMemFreeAsync";
+      done.owned.assign(ptrs + i, ptrs + count);
+      return done;
+    }
   }
   return done;
 }

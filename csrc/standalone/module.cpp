@@ -728,6 +728,35 @@ PyObject* device_png_tail(PyObject* /*self*/, PyObject* args) {
   return outcome_tuple(done);
 }
 
+PyObject* device_free(PyObject* /*self*/, PyObject* args) {
+  Py_buffer table;
+  Py_buffer ptrs;
+  unsigned long long stream = 0;
+  if (!PyArg_ParseTuple(args, "y*y*K:device_free", &table, &ptrs, &stream)) return nullptr;
+  struct Release {
+    Py_buffer* buffers[2];
+    ~Release() {
+      for (Py_buffer* b : buffers) PyBuffer_Release(b);
+    }
+  } release{{&table, &ptrs}};
+  size_t entries = 0, count = 0;
+  const int64_t* t = int64_values(table, 1, &entries, "table");
+  const int64_t* raw = int64_values(ptrs, 1, &count, "ptrs");
+  if (t == nullptr || raw == nullptr) return nullptr;
+  if (entries != imgops::device::kTableEntries || stream == 0) {
+    PyErr_SetString(PyExc_ValueError, "device_free needs the 15-entry table and a stream");
+    return nullptr;
+  }
+  imgops::device::Driver d;
+  if (!driver_from_table(t, &d)) return nullptr;
+  const auto* list = reinterpret_cast<const uint64_t*>(raw);
+  imgops::device::Outcome done;
+  Py_BEGIN_ALLOW_THREADS;
+  done = imgops::device::queue_frees(d, list, count, reinterpret_cast<void*>(stream));
+  Py_END_ALLOW_THREADS;
+  return outcome_tuple(done);
+}
+
 PyObject* checksums(PyObject* /*self*/, PyObject* args) {
   Py_buffer data;
   if (!PyArg_ParseTuple(args, "y*:checksums", &data)) return nullptr;
@@ -811,6 +840,10 @@ PyMethodDef methods[] = {
      "first (image i deflates on side stream (first + i) % sides); join: the stage's stream\n"
      "then waits for every side stream. code: the first CUresult that failed (0: none), call:\n"
      "its function, owned: the device memory not yet queued for freeing."},
+    {"device_free", device_free, METH_VARARGS,
+     "device_free(table, ptrs, stream) -> (code, call, owned): queues cuMemFreeAsync of each\n"
+     "pointer (int64; 0 skipped) on `stream` in order (device_batch.h), the GIL released.\n"
+     "code: the first CUresult that failed (0: none); owned: the pointers not freed."},
     {"checksums", checksums, METH_VARARGS,
      "checksums(data) -> (crc32, adler32, adler32 of the scalar loop, crc32 of the table loop),\n"
      "for tests."},

@@ -262,14 +262,34 @@ class DriverEngine(DeviceEngine):
             stage.stream.wait(joined)
             joined.close()
         event = stage.event()
-        for ptr in owned:  # stream order: reused only after the copies above
-            stage.device.free(ptr, stage.stream)
-        owned.clear()
+        self._free_owned(stage, owned)  # stream order: reused only after the copies above
         self._taken = []  # from here on each buffer is its encode thread's to give back
         for item, buffer, host, jpeg in copies:
             item.result.seconds["device"] = share
             self.encoders.submit(self._finish, item, event, buffer, host, jpeg)
         return event
+
+    def _free_owned(self, stage: DriverStage, owned: list[int]) -> None:
+        """Queues the freeing of the batch's device memory on the stage's stream: one native
+        call with the native tail (one GIL release for the batch), else one call each. On a
+        failure `owned` keeps what was not freed (the caller gives it back)."""
+        from .cuda_driver import CudaError
+
+        if self.tail is not None:
+            try:
+                self.tail.free(owned, stage.stream)
+            except CudaError as error:
+                owned[:] = getattr(error, "owned", owned)
+                raise
+            owned.clear()
+            return
+        for done, ptr in enumerate(owned):
+            try:
+                stage.device.free(ptr, stage.stream)
+            except CudaError:
+                del owned[:done]
+                raise
+        owned.clear()
 
     def _queue_each(
         self,

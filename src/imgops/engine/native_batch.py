@@ -1,8 +1,9 @@
 """The device thread's driver calls for many images in one native call each, instead of a dozen
 ctypes calls per image from Python: imgops._cli_kernels.device_gray (the gray op's outputs and
-luma kernels) and device_png_tail (each image's PNG row filter, device deflate and copies into
-its pinned buffer), csrc/standalone/device_batch.h. They queue exactly what GRAY.driver and
-imgops.engine.driver queue one call at a time, with the GIL released.
+luma kernels), device_png_tail (each image's PNG row filter, device deflate and copies into
+its pinned buffer) and device_free (the batch's memory given back), in
+csrc/standalone/device_batch.h. They queue exactly what GRAY.driver and imgops.engine.driver
+queue one call at a time, with the GIL released.
 
 Why: on an H100 host the device thread was the bound of a warm 800-photo command (0.85 ms a
 photo, 720 ms of an 844 ms wall; docs/BENCHMARKS.md, 2026-12-07 sixth session). Each image cost
@@ -107,6 +108,17 @@ class NativeCalls:
         if code:
             raise _failed(code, call, owned)
 
+    def free(self, ptrs: list[int], stream: Any) -> None:
+        """Queues the freeing of each device pointer on `stream`, in order, in one call.
+        CudaError names the call that failed; its `owned` holds the pointers not freed."""
+        if not ptrs:
+            return
+        code, call, owned = self._module.device_free(
+            self._table, np.array(ptrs, dtype=np.uint64).view(np.int64), stream.handle
+        )
+        if code:
+            raise _failed(code, call, owned)
+
     def close(self) -> None:
         """Destroys the event (idempotent)."""
         self._event.close()
@@ -121,7 +133,7 @@ def native_calls_for(stage: Any, part: str) -> NativeCalls | None:
     if not native_wanted(part):
         return None
     module = cli_kernels()
-    if module is None or not hasattr(module, "device_gray"):
+    if module is None or not hasattr(module, "device_free"):  # (the newest of the three)
         return None
     calls = getattr(stage, "native_calls", None)
     if calls is None:
