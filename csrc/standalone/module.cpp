@@ -624,27 +624,53 @@ PyObject* outcome_tuple(const imgops::device::Outcome& done) {
   return Py_BuildValue("(isN)", done.code, done.call, owned);
 }
 
-PyObject* device_gray(PyObject* /*self*/, PyObject* args) {
-  Py_buffer table;
-  Py_buffer images;
-  unsigned long long stream = 0;
-  if (!PyArg_ParseTuple(args, "y*y*K:device_gray", &table, &images, &stream)) return nullptr;
-  struct Release {
-    Py_buffer* buffers[2];
-    ~Release() {
-      for (Py_buffer* b : buffers) PyBuffer_Release(b);
+// The (table, values, stream) arguments of device_gray and device_free, parsed and checked:
+// the driver from the table, `count` groups of `group` int64 values, a stream. ok() is false,
+// with a Python error set, where any of them is unusable; the buffers are released with it.
+class TableArguments {
+ public:
+  TableArguments(PyObject* args, const char* name, size_t group, const char* values_name) {
+    const std::string format = std::string("y*y*K:") + name;  // (the name in TypeErrors)
+    if (!PyArg_ParseTuple(args, format.c_str(), &table_, &values_, &stream)) return;
+    parsed_ = true;
+    size_t entries = 0;
+    const int64_t* t = int64_values(table_, 1, &entries, "table");
+    values = int64_values(values_, group, &count, values_name);
+    if (t == nullptr || values == nullptr) return;
+    if (entries != imgops::device::kTableEntries || stream == 0) {
+      PyErr_Format(PyExc_ValueError, "%s needs the 15-entry table and a stream", name);
+      return;
     }
-  } release{{&table, &images}};
-  size_t entries = 0, count = 0;
-  const int64_t* t = int64_values(table, 1, &entries, "table");
-  const int64_t* raw = int64_values(images, imgops::device::kColourFields, &count, "images");
-  if (t == nullptr || raw == nullptr) return nullptr;
-  if (entries != imgops::device::kTableEntries || stream == 0) {
-    PyErr_SetString(PyExc_ValueError, "device_gray needs the 15-entry table and a stream");
-    return nullptr;
+    ok_ = driver_from_table(t, &driver);
   }
-  imgops::device::Driver d;
-  if (!driver_from_table(t, &d)) return nullptr;
+  ~TableArguments() {
+    if (parsed_) {
+      PyBuffer_Release(&table_);
+      PyBuffer_Release(&values_);
+    }
+  }
+  TableArguments(const TableArguments&) = delete;
+  TableArguments& operator=(const TableArguments&) = delete;
+
+  bool ok() const { return ok_; }
+
+  imgops::device::Driver driver;
+  const int64_t* values = nullptr;
+  size_t count = 0;
+  unsigned long long stream = 0;
+
+ private:
+  Py_buffer table_{};
+  Py_buffer values_{};
+  bool parsed_ = false;
+  bool ok_ = false;
+};
+
+PyObject* device_gray(PyObject* /*self*/, PyObject* args) {
+  TableArguments a(args, "device_gray", imgops::device::kColourFields, "images");
+  if (!a.ok()) return nullptr;
+  const int64_t* raw = a.values;
+  const size_t count = a.count;
   std::vector<imgops::device::ColourImage> list(count);
   for (size_t i = 0; i < count; ++i) {
     const int64_t* f = raw + i * imgops::device::kColourFields;
@@ -662,7 +688,8 @@ PyObject* device_gray(PyObject* /*self*/, PyObject* args) {
   }
   imgops::device::Outcome done;
   Py_BEGIN_ALLOW_THREADS;
-  done = imgops::device::queue_gray(d, list.data(), count, reinterpret_cast<void*>(stream));
+  done = imgops::device::queue_gray(a.driver, list.data(), count,
+                                    reinterpret_cast<void*>(a.stream));
   Py_END_ALLOW_THREADS;
   return outcome_tuple(done);
 }
@@ -729,30 +756,12 @@ PyObject* device_png_tail(PyObject* /*self*/, PyObject* args) {
 }
 
 PyObject* device_free(PyObject* /*self*/, PyObject* args) {
-  Py_buffer table;
-  Py_buffer ptrs;
-  unsigned long long stream = 0;
-  if (!PyArg_ParseTuple(args, "y*y*K:device_free", &table, &ptrs, &stream)) return nullptr;
-  struct Release {
-    Py_buffer* buffers[2];
-    ~Release() {
-      for (Py_buffer* b : buffers) PyBuffer_Release(b);
-    }
-  } release{{&table, &ptrs}};
-  size_t entries = 0, count = 0;
-  const int64_t* t = int64_values(table, 1, &entries, "table");
-  const int64_t* raw = int64_values(ptrs, 1, &count, "ptrs");
-  if (t == nullptr || raw == nullptr) return nullptr;
-  if (entries != imgops::device::kTableEntries || stream == 0) {
-    PyErr_SetString(PyExc_ValueError, "device_free needs the 15-entry table and a stream");
-    return nullptr;
-  }
-  imgops::device::Driver d;
-  if (!driver_from_table(t, &d)) return nullptr;
-  const auto* list = reinterpret_cast<const uint64_t*>(raw);
+  TableArguments a(args, "device_free", 1, "ptrs");
+  if (!a.ok()) return nullptr;
+  const auto* list = reinterpret_cast<const uint64_t*>(a.values);
   imgops::device::Outcome done;
   Py_BEGIN_ALLOW_THREADS;
-  done = imgops::device::queue_frees(d, list, count, reinterpret_cast<void*>(stream));
+  done = imgops::device::queue_frees(a.driver, list, a.count, reinterpret_cast<void*>(a.stream));
   Py_END_ALLOW_THREADS;
   return outcome_tuple(done);
 }
