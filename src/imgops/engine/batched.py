@@ -316,7 +316,7 @@ class DeviceEngine:
         image = decode_image(
             item.data, max_pixels=self.settings.max_pixels, luma=self.settings.luma
         )
-        item.result.decoder = "opencv-luma" if image.stored_luma else "opencv"
+        item.result.decoder = image.decoder
         item.result.note = join_notes(item.result.note, image.note)
         item.result.shape, item.result.dtype = image.pixels.shape, str(image.pixels.dtype)
         now = time.perf_counter()

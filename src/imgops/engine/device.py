@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..io import gpu_decode
+from ..io.defaults import LUMAS
 
 if TYPE_CHECKING:
     from .types import PipelineSettings
@@ -107,10 +108,9 @@ def choose(settings: PipelineSettings, op: Any = None) -> Plan:
         raise ValueError(f"decoder must be auto, cpu or gpu, got {decoder!r}")
     if device not in ("auto", "cpu") and not device.startswith("cuda"):
         raise ValueError(f"device must be auto, cpu, cuda or cuda:N, got {device!r}")
-    luma = getattr(settings, "luma", "exact")
-    if luma not in ("exact", "stored"):
-        raise ValueError(f"luma must be exact or stored, got {luma!r}")
-    if luma == "stored":
+    if settings.luma not in LUMAS:
+        raise ValueError(f"luma must be exact or stored, got {settings.luma!r}")
+    if settings.luma == "stored":
         return _choose_stored_luma(settings)
     if decoder == "gpu":
         if device == "cpu":
@@ -187,7 +187,7 @@ def driver_gpu_if_present(settings: PipelineSettings, op: Any = None) -> int | N
     device = settings.device
     if settings.decoder != "auto" or device == "cpu" or not driver_engine_usable(op):
         return None
-    if getattr(settings, "luma", "exact") != "exact":  # decoded on the CPU (_choose_stored_luma)
+    if settings.luma != "exact":  # decoded on the CPU (_choose_stored_luma)
         return None
     if not gpu_decode.installed():
         return None

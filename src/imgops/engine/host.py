@@ -54,7 +54,7 @@ class HostWorker:
         image = decode_image(data, max_pixels=settings.max_pixels, luma=settings.luma)
         del data
         result.shape, result.dtype = image.pixels.shape, str(image.pixels.dtype)
-        result.decoder = "opencv-luma" if image.stored_luma else "opencv"
+        result.decoder = image.decoder
         result.note = join_notes(result.note, image.note)
         now = time.perf_counter()
         seconds["decode"], start = seconds.get("decode", 0.0) + now - start, now

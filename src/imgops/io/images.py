@@ -71,6 +71,11 @@ class DecodedImage:
     stored_luma: bool = False
 
     @property
+    def decoder(self) -> str:
+        """The decoder's name for reports: "opencv", or "opencv-luma" for a stored luma plane."""
+        return "opencv-luma" if self.stored_luma else "opencv"
+
+    @property
     def note(self) -> str | None:
         """The warnings joined into one line ("; "), or None."""
         return "; ".join(self.warnings) if self.warnings else None
