@@ -26,7 +26,8 @@ it has a batch form (imgops.engine.native_batch; not yet the default, see
 DEVICE_NATIVE_DEFAULT there); else one ctypes call at a time (_filter_rows, _deflate_rows).
 (With IMGOPS_GPU_DEFLATE=0, or at PNG levels the device deflate does not serve, the filtered
 rows come back and the encode threads deflate them; `-f jpg`: nvImageCodec's encoder.) Device
-buffers are freed in stream order right after the copies are queued.
+buffers are freed in stream order right after the copies are queued (with the native tail, in
+one native call for the batch: _free_owned).
 
 What the GPU does not decode (PNG, TIFF, CMYK or 12-bit JPEG, ...) takes the whole CPU path on
 the prep thread: the conversion is ~1 % of such a file's time, so uploading it gains nothing.
